@@ -1,0 +1,1 @@
+"""The ``asyncreader`` command line tool."""

@@ -1,0 +1,1 @@
+"""Decoders that turn records into numpy: raw bytes, CSV and tf.train.Example."""

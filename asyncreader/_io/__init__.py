@@ -1,0 +1,1 @@
+"""I/O plumbing: the shared executor, filesystems and checksums."""

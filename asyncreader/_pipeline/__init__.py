@@ -1,0 +1,1 @@
+"""Input producers and batching."""

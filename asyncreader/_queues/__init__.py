@@ -1,0 +1,1 @@
+"""Async queues: FIFO, random-shuffle, padding and priority."""

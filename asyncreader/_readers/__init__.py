@@ -1,0 +1,1 @@
+"""Readers: async resources that turn work items into (key, value) records."""

@@ -1,0 +1,1 @@
+"""Sans-I/O record framing (TFRecord, lines, fixed-length records) and compression."""

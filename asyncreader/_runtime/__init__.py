@@ -1,0 +1,1 @@
+"""The runtime: Coordinator, QueueRunner, ResourceMgr and Session."""
