@@ -16,8 +16,7 @@ from __future__ import annotations
 import re
 import threading
 from abc import ABCMeta
-from collections.abc import Callable, Mapping
-from typing import Any, ClassVar, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 from .._errors import (
     AlreadyExistsError,
@@ -25,6 +24,9 @@ from .._errors import (
     NotFoundError,
 )
 from . import context
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping
 
 __all__ = ["DEFAULT_CONTAINER", "ResourceMgr", "SharedResource", "SharedResourceMeta"]
 
@@ -115,9 +117,7 @@ class ResourceMgr:
                 )
             found = self._find(entries, name, kind)
             if found is None:
-                raise NotFoundError(
-                    f"Resource {cname}/{name}/{kind or _ANY_KIND} does not exist."
-                )
+                raise NotFoundError(f"Resource {cname}/{name}/{kind or _ANY_KIND} does not exist.")
             return found[1]
 
     @staticmethod
@@ -182,9 +182,7 @@ class ResourceMgr:
                 raise NotFoundError(f"Container {cname} does not exist.")
             found = self._find(entries, name, kind)
             if found is None:
-                raise NotFoundError(
-                    f"Resource {cname}/{name}/{kind or _ANY_KIND} does not exist."
-                )
+                raise NotFoundError(f"Resource {cname}/{name}/{kind or _ANY_KIND} does not exist.")
             del entries[found[0]]
 
     def cleanup(self, container: str | None) -> None:

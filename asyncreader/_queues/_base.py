@@ -1,0 +1,788 @@
+"""The waiter algorithm shared by every queue type (SPEC §2.3, §2.4).
+
+A queue keeps two arrival-ordered lists of blocked *attempts*: the enqueue side (enqueue,
+enqueue_many and a plain close) and the dequeue side (dequeue, dequeue_many, dequeue_up_to).
+Only the attempt at the head of a side may act, which gives TensorFlow's strict arrival
+order and head-of-line blocking.
+
+Invariant: elements only ever move in the task that asked for them. A blocked attempt is
+*woken* when the head of its side can make progress; it then changes the queue itself,
+synchronously, in its own task. Nothing is ever handed to a task that is about to be
+cancelled, so cancellation can only strike while an attempt is waiting, and then the attempt
+simply withdraws: a cancelled enqueue keeps what it inserted in earlier rounds and inserts
+nothing more; a cancelled dequeue puts what it already took back at the front, in order.
+
+The common, non-blocking case takes a fast path that allocates nothing and does not yield.
+To stay cooperative, every :data:`CHECKPOINT_INTERVAL`-th operation on a queue passes a
+checkpoint first (a scheduling point where pending cancellation is delivered).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import operator
+import sys
+from collections import deque
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar, SupportsIndex
+
+import anyio
+from anyio.lowlevel import checkpoint
+
+from .._errors import InvalidArgumentError, OutOfRangeError, QueueClosedError
+from .._runtime.resources import SharedResource
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from ._elements import TypedCodec, UntypedCodec
+
+__all__ = ["CHECKPOINT_INTERVAL", "QueueBase", "QueueStatistics"]
+
+#: How many operations on one queue may complete without a scheduling point. asyncio.Queue
+#: never yields on its fast path; trio's channels always do. A checkpoint costs about as
+#: much as five fast-path round trips, so one in every 256 operations adds about 4% to the
+#: round trip, while bounding how long a busy producer or consumer holds the event loop
+#: (well under a millisecond) and how late it notices a cancellation.
+CHECKPOINT_INTERVAL = 256
+
+_UNBOUNDED = sys.maxsize
+
+# Kinds of attempt.
+_ENQUEUE = 0
+_CLOSE = 1
+_SINGLE = 2  # dequeue()
+_BATCH = 3  # dequeue_many() / dequeue_up_to()
+_PENDING: Any = object()
+
+
+@dataclass(frozen=True)
+class QueueStatistics:
+    """A snapshot of a queue's state, as returned by ``statistics()``.
+
+    Attributes:
+        size: Elements stored (not counting those held by a partial ``dequeue_many``).
+        capacity: Maximum elements stored, ``None`` when unbounded.
+        closed: Whether the queue is closed.
+        tasks_waiting_enqueue: Blocked enqueue-side attempts (enqueues and plain closes).
+        tasks_waiting_dequeue: Blocked dequeue-side attempts.
+        peak_size: The largest ``size`` seen so far.
+        total_enqueued: Elements inserted so far.
+        total_dequeued: Elements delivered to dequeuers so far.
+    """
+
+    size: int
+    capacity: int | None
+    closed: bool
+    tasks_waiting_enqueue: int
+    tasks_waiting_dequeue: int
+    peak_size: int
+    total_enqueued: int
+    total_dequeued: int
+
+
+class _AsyncioWakeup:
+    """A one-shot wakeup for a task waiting on asyncio: a bare future.
+
+    Cheaper than an Event; anyio cancel scopes cancel the awaiting task as usual.
+    """
+
+    __slots__ = ("_future",)
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._future: asyncio.Future[None] = loop.create_future()
+
+    def set(self) -> None:
+        if not self._future.done():  # done: already woken, or cancelled with its task
+            self._future.set_result(None)
+
+    async def wait(self) -> None:
+        await self._future
+
+
+class _TrioWakeup:
+    """A one-shot wakeup for a task waiting on trio: park and reschedule the task."""
+
+    __slots__ = ("_done", "_task")
+
+    def __init__(self) -> None:
+        import trio
+
+        self._task = trio.lowlevel.current_task()
+        self._done = False
+
+    def set(self) -> None:
+        if not self._done:  # done: already woken, or its wait was cancelled
+            import trio
+
+            self._done = True
+            trio.lowlevel.reschedule(self._task)
+
+    async def wait(self) -> None:
+        import trio
+
+        def abort(_: object) -> trio.lowlevel.Abort:
+            self._done = True
+            return trio.lowlevel.Abort.SUCCEEDED
+
+        await trio.lowlevel.wait_task_rescheduled(abort)
+
+
+def _new_wakeup() -> _AsyncioWakeup | _TrioWakeup:
+    loop = asyncio.events._get_running_loop()
+    return _AsyncioWakeup(loop) if loop is not None else _TrioWakeup()
+
+
+class _Waiter:
+    """One blocked attempt."""
+
+    __slots__ = ("error", "event", "items", "kind", "need", "pos", "taken", "up_to", "woken")
+
+    def __init__(self, kind: int) -> None:
+        self.kind = kind
+        self.woken = True  # True while the attempt runs: nobody needs to wake it
+        self.event: _AsyncioWakeup | _TrioWakeup | None = None
+        self.error: BaseException | None = None
+        self.items: list[Any] = []
+        self.pos = 0
+        self.need = 0
+        self.taken: list[Any] = []
+        self.up_to = False
+
+
+def as_int(value: object) -> int | None:
+    """Return ``value`` as an int if it is an integer (numpy integers too, not bools)."""
+    if isinstance(value, bool):
+        return None
+    try:
+        return operator.index(value)  # type: ignore[arg-type]
+    except TypeError:
+        return None
+
+
+def _normalize_capacity(capacity: SupportsIndex | None) -> int:
+    if capacity is None:
+        return _UNBOUNDED
+    value = as_int(capacity)
+    if value is None:
+        raise InvalidArgumentError(f"capacity must be an int or None, got {capacity!r}")
+    return _UNBOUNDED if value < 0 else value
+
+
+class QueueBase(SharedResource):
+    """Behaviour common to every queue type; subclasses supply the storage.
+
+    Storage hooks: :attr:`_buf` (anything with ``len``), the callables :attr:`_push` (one
+    element), :attr:`_push_list` and :attr:`_pop` (one element), and the methods
+    :meth:`_pop_list` and :meth:`_put_back`. :attr:`_hold` is how many elements must stay
+    stored while the queue is open (RandomShuffleQueue's ``min_after_dequeue``);
+    :attr:`_atomic_many` makes batched dequeues all-or-nothing while open (PriorityQueue).
+    """
+
+    _resource_kind: ClassVar[str] = "queue"
+    #: The type name TensorFlow quotes in enqueue and single-dequeue messages.
+    _kind_name: ClassVar[str] = "Queue"
+    #: The type name quoted in dequeue_many / dequeue_up_to messages.
+    _kind_name_many: ClassVar[str] = "Queue"
+    _atomic_many: ClassVar[bool] = False
+    _counter: ClassVar[itertools.count[int]] = itertools.count(1)
+
+    _buf: Any
+    # Set per instance to bound methods of the storage, so the fast path makes one call.
+    _push: Callable[[Any], None]
+    _push_list: Callable[[list[Any]], None]
+    _pop: Callable[[], Any]
+
+    def __init__(
+        self,
+        capacity: SupportsIndex | None,
+        codec: TypedCodec | UntypedCodec,
+        name: str | None,
+    ) -> None:
+        self._cap = _normalize_capacity(capacity)
+        self._codec = codec
+        self._typed = codec.typed
+        if name is not None and not isinstance(name, str):
+            raise InvalidArgumentError(f"name must be a str, got {name!r}")
+        self._given_name = name
+        self._auto_name = f"{type(self).__name__}_{next(QueueBase._counter)}"
+        self._closed = False
+        self._hold = 0
+        self._enqueuers: deque[_Waiter] = deque()
+        self._dequeuers: deque[_Waiter] = deque()
+        self._budget = CHECKPOINT_INTERVAL
+        self._peak = 0
+        self._total_in = 0
+        self._total_out = 0
+
+    # -- attributes --------------------------------------------------------------------------
+
+    @property
+    def name(self) -> str:
+        """The queue's name, quoted in its error messages.
+
+        The ``name=`` given at construction, else the ``shared_name``, else a process-unique
+        ``"<Kind>_<n>"``.
+        """
+        return self._given_name or self._shared_name or self._auto_name
+
+    @property
+    def capacity(self) -> int | None:
+        """Maximum number of stored elements; ``None`` when unbounded."""
+        return None if self._cap == _UNBOUNDED else self._cap
+
+    @property
+    def dtypes(self) -> list[Any] | None:
+        """The component dtypes (numpy dtypes; ``object`` for strings), or ``None`` if untyped."""
+        d = self._codec.dtypes
+        return None if d is None else list(d)
+
+    @property
+    def shapes(self) -> list[tuple[int | None, ...]] | None:
+        """The component shapes (``None`` for an unknown dimension), or ``None`` if not given."""
+        s = self._codec.shapes
+        return None if s is None else list(s)
+
+    @property
+    def names(self) -> list[str] | None:
+        """The component names, or ``None`` when elements are not dicts."""
+        n = self._codec.names
+        return None if n is None else list(n)
+
+    def size(self) -> int:
+        """Return the number of stored elements.
+
+        Elements already taken by a ``dequeue_many`` that is still waiting for more are
+        not counted, as in TensorFlow.
+        """
+        return len(self._buf)
+
+    def is_closed(self) -> bool:
+        """Return whether the queue is closed (a queued plain close counts once it ran)."""
+        return self._closed
+
+    def statistics(self) -> QueueStatistics:
+        """Return a snapshot of the queue's state."""
+        return QueueStatistics(
+            size=len(self._buf),
+            capacity=self.capacity,
+            closed=self._closed,
+            tasks_waiting_enqueue=len(self._enqueuers),
+            tasks_waiting_dequeue=len(self._dequeuers),
+            peak_size=self._peak,
+            total_enqueued=self._total_in,
+            total_dequeued=self._total_out,
+        )
+
+    def __repr__(self) -> str:
+        cap = "unbounded" if self._cap == _UNBOUNDED else str(self._cap)
+        return (
+            f"<{type(self).__name__} {self.name!r} size={len(self._buf)} capacity={cap} "
+            f"closed={self._closed} waiting_enqueue={len(self._enqueuers)} "
+            f"waiting_dequeue={len(self._dequeuers)}>"
+        )
+
+    # -- SharedResource ----------------------------------------------------------------------
+
+    def _shared_config(self) -> dict[str, object]:
+        config: dict[str, object] = {"capacity": self.capacity}
+        config.update(self._codec.config())
+        return config
+
+    async def _session_close(self) -> None:
+        await self.close(cancel_pending_enqueues=True)
+
+    # -- storage hooks -----------------------------------------------------------------------
+
+    def _pop_list(self, k: int) -> list[Any]:
+        raise NotImplementedError
+
+    def _put_back(self, elems: list[Any]) -> None:
+        raise NotImplementedError
+
+    # -- errors ------------------------------------------------------------------------------
+
+    def _closed_error(self) -> QueueClosedError:
+        return QueueClosedError(f"{self._kind_name} '{self.name}' is closed.")
+
+    def _insufficient(self, requested: int, size: int, many: bool) -> OutOfRangeError:
+        kind = self._kind_name_many if many else self._kind_name
+        return OutOfRangeError(
+            f"{kind} '{self.name}' is closed and has insufficient elements "
+            f"(requested {requested}, current size {size})"
+        )
+
+    # -- wakeups -----------------------------------------------------------------------------
+
+    def _notify(self) -> None:
+        """Wake the head attempt of each side if it can now make progress."""
+        if self._enqueuers:
+            w = self._enqueuers[0]
+            if not w.woken and (w.kind == _CLOSE or self._closed or len(self._buf) < self._cap):
+                w.woken = True
+                w.event.set()  # type: ignore[union-attr]
+        if self._dequeuers:
+            w = self._dequeuers[0]
+            if not w.woken and self._dequeue_ready(w):
+                w.woken = True
+                w.event.set()  # type: ignore[union-attr]
+
+    def _dequeue_ready(self, w: _Waiter) -> bool:
+        if self._closed:
+            return True
+        if self._atomic_many:
+            return len(self._buf) >= w.need - len(w.taken)
+        return len(self._buf) > self._hold
+
+    def _set_closed(self) -> None:
+        self._closed = True
+        self._hold = 0
+
+    async def _wait(self, w: _Waiter) -> None:
+        event = w.event = _new_wakeup()
+        w.woken = False
+        await event.wait()
+
+    def _note_inserted(self, count: int) -> None:
+        self._total_in += count
+        size = len(self._buf)
+        if size > self._peak:
+            self._peak = size
+
+    # -- enqueue -----------------------------------------------------------------------------
+
+    async def enqueue(self, vals: Any) -> None:
+        """Add one element, waiting while the queue is full.
+
+        Args:
+            vals: The element: any object for an untyped queue; for a typed queue a tuple
+                of components, a dict keyed by ``names``, or the bare value of a
+                one-component queue.
+
+        Raises:
+            InvalidArgumentError: the element does not match dtypes / shapes / names
+                (nothing is enqueued).
+            QueueClosedError: the queue is closed, or was closed with
+                ``cancel_pending_enqueues=True`` while this call waited.
+        """
+        elem = self._codec.encode_one(vals) if self._typed else vals
+        self._budget -= 1
+        if self._budget <= 0:
+            self._budget = CHECKPOINT_INTERVAL
+            await checkpoint()
+        if not self._enqueuers:
+            if self._closed:
+                raise self._closed_error()
+            if len(self._buf) < self._cap:
+                self._push(elem)
+                self._total_in += 1
+                if len(self._buf) > self._peak:
+                    self._peak = len(self._buf)
+                if self._dequeuers:
+                    self._notify()
+                return
+        await self._enqueue_slow([elem])
+
+    def enqueue_nowait(self, vals: Any) -> None:
+        """Add one element if there is room right now and no enqueue is waiting.
+
+        Raises:
+            anyio.WouldBlock: the queue is full or earlier enqueues are waiting.
+            InvalidArgumentError: as for :meth:`enqueue`.
+            QueueClosedError: the queue is closed.
+        """
+        elem = self._codec.encode_one(vals) if self._typed else vals
+        if self._enqueuers:
+            raise anyio.WouldBlock
+        if self._closed:
+            raise self._closed_error()
+        if len(self._buf) >= self._cap:
+            raise anyio.WouldBlock
+        self._push(elem)
+        self._note_inserted(1)
+        if self._dequeuers:
+            self._notify()
+
+    async def enqueue_many(self, vals: Any) -> None:
+        """Add a batch of elements, inserting progressively as room frees.
+
+        Not atomic (as in TensorFlow): as many elements as fit are inserted at once and
+        are visible to consumers; the rest follow as room frees, ahead of every later
+        enqueue. The batch may be larger than the capacity. If the call is cancelled
+        part-way, what it inserted stays and nothing is inserted twice. An empty batch
+        returns at once, even on a closed queue.
+
+        Args:
+            vals: For an untyped queue, a sequence of elements. For a typed queue, the
+                components (tuple / dict / bare value) each stacked along axis 0.
+
+        Raises:
+            InvalidArgumentError: the batch does not match dtypes / shapes / names, or the
+                components' batch sizes differ (nothing is enqueued).
+            QueueClosedError: the queue is closed, or was closed with
+                ``cancel_pending_enqueues=True`` while this call waited (elements inserted
+                before that stay).
+        """
+        items = self._codec.encode_many(vals)
+        if not items:
+            return
+        self._budget -= 1
+        if self._budget <= 0:
+            self._budget = CHECKPOINT_INTERVAL
+            await checkpoint()
+        if not self._enqueuers:
+            if self._closed:
+                raise self._closed_error()
+            if len(self._buf) + len(items) <= self._cap:
+                self._push_list(items)
+                self._note_inserted(len(items))
+                if self._dequeuers:
+                    self._notify()
+                return
+        await self._enqueue_slow(items)
+
+    def enqueue_many_nowait(self, vals: Any) -> None:
+        """Add a whole batch if it fits right now (all or nothing).
+
+        Raises:
+            anyio.WouldBlock: the batch does not fit or earlier enqueues are waiting.
+            InvalidArgumentError: as for :meth:`enqueue_many`.
+            QueueClosedError: the queue is closed (and the batch is not empty).
+        """
+        items = self._codec.encode_many(vals)
+        if not items:
+            return
+        if self._enqueuers:
+            raise anyio.WouldBlock
+        if self._closed:
+            raise self._closed_error()
+        if len(self._buf) + len(items) > self._cap:
+            raise anyio.WouldBlock
+        self._push_list(items)
+        self._note_inserted(len(items))
+        if self._dequeuers:
+            self._notify()
+
+    async def _enqueue_slow(self, items: list[Any]) -> None:
+        w = _Waiter(_ENQUEUE)
+        w.items = items
+        self._enqueuers.append(w)
+        try:
+            while True:
+                if self._enqueuers and self._enqueuers[0] is w and self._run_enqueue(w):
+                    return
+                await self._wait(w)
+                if w.error is not None:
+                    raise w.error
+        except BaseException:
+            self._withdraw(self._enqueuers, w)
+            raise
+
+    def _run_enqueue(self, w: _Waiter) -> bool:
+        """Let head attempt ``w`` make progress; return True when it completed."""
+        if self._closed:
+            self._enqueuers.popleft()
+            self._notify()
+            raise self._closed_error()
+        room = self._cap - len(self._buf)
+        if room > 0:
+            items, pos = w.items, w.pos
+            end = min(len(items), pos + room)
+            if pos == 0 and end == len(items):
+                self._push_list(items)
+            else:
+                self._push_list(items[pos:end])
+            self._note_inserted(end - pos)
+            w.pos = end
+            if end == len(items):
+                self._enqueuers.popleft()
+                self._notify()
+                return True
+            if self._dequeuers:
+                self._notify()
+        return False
+
+    def _withdraw(self, side: deque[_Waiter], w: _Waiter) -> None:
+        """Remove a finished, failed or cancelled attempt and pass any wakeup on."""
+        with contextlib.suppress(ValueError):  # already removed
+            side.remove(w)
+        if w.taken:
+            taken, w.taken = w.taken, []
+            self._put_back(taken)
+        self._notify()
+
+    # -- close -------------------------------------------------------------------------------
+
+    async def close(self, cancel_pending_enqueues: bool = False) -> None:
+        """Close the queue: no more enqueues; dequeues drain what is left, then fail.
+
+        A plain close queues behind enqueues that are already waiting, as in TensorFlow:
+        it takes effect once they have finished. With ``cancel_pending_enqueues=True`` it
+        takes effect at once, fails every waiting enqueue (and waiting plain close) with
+        :class:`QueueClosedError`, never raises, and never waits, so it also works from
+        cleanup code whose scope is cancelled.
+
+        Args:
+            cancel_pending_enqueues: Close immediately and fail pending enqueues.
+
+        Raises:
+            QueueClosedError: a plain close found the queue already closed (TensorFlow's
+                ``Queue '<name>' is already closed.``), or a waiting plain close was
+                overtaken by ``close(cancel_pending_enqueues=True)``.
+        """
+        if cancel_pending_enqueues:
+            self._set_closed()
+            waiting = list(self._enqueuers)
+            self._enqueuers.clear()
+            for w in waiting:
+                w.error = QueueClosedError("Enqueue operation was cancelled")
+                if w.event is not None:
+                    w.woken = True
+                    w.event.set()
+            self._notify()
+            return
+        if not self._enqueuers:
+            self._run_close()
+            return
+        w = _Waiter(_CLOSE)
+        self._enqueuers.append(w)
+        try:
+            while True:
+                if self._enqueuers and self._enqueuers[0] is w:
+                    self._enqueuers.popleft()
+                    self._run_close()
+                    self._notify()
+                    return
+                await self._wait(w)
+                if w.error is not None:
+                    raise w.error
+        except BaseException:
+            self._withdraw(self._enqueuers, w)
+            raise
+
+    def _run_close(self) -> None:
+        if self._closed:
+            raise QueueClosedError(f"Queue '{self.name}' is already closed.")
+        self._set_closed()
+        self._notify()
+
+    # -- dequeue -----------------------------------------------------------------------------
+
+    async def dequeue(self) -> Any:
+        """Remove and return one element, waiting while the queue is empty.
+
+        Returns:
+            The element: the object itself for an untyped queue; for a typed queue the bare
+            value of a one-component queue, a tuple of components, or a dict by ``names``.
+
+        Raises:
+            OutOfRangeError: the queue is closed and empty.
+        """
+        self._budget -= 1
+        if self._budget <= 0:
+            self._budget = CHECKPOINT_INTERVAL
+            await checkpoint()
+        if not self._dequeuers:
+            if len(self._buf) > self._hold:
+                elem = self._pop()
+                self._total_out += 1
+                if self._enqueuers:
+                    self._notify()
+                return self._codec.decode_one(elem) if self._typed else elem
+            if self._closed:
+                raise self._insufficient(1, len(self._buf), many=False)
+        taken = await self._dequeue_slow(1, _SINGLE)
+        return self._codec.decode_one(taken[0]) if self._typed else taken[0]
+
+    def dequeue_nowait(self) -> Any:
+        """Remove and return one element if one can be taken right now.
+
+        Raises:
+            anyio.WouldBlock: no element can be taken now or earlier dequeues are waiting.
+            OutOfRangeError: the queue is closed and empty.
+        """
+        if self._dequeuers:
+            raise anyio.WouldBlock
+        if len(self._buf) > self._hold:
+            elem = self._pop()
+            self._total_out += 1
+            if self._enqueuers:
+                self._notify()
+            return self._codec.decode_one(elem) if self._typed else elem
+        if self._closed:
+            raise self._insufficient(1, len(self._buf), many=False)
+        raise anyio.WouldBlock
+
+    @staticmethod
+    def _check_count(n: SupportsIndex, up_to: bool) -> int:
+        op = "DequeueUpToOp" if up_to else "DequeueManyOp"
+        count = as_int(n)
+        if count is None:
+            raise InvalidArgumentError(f"{op} requested a non-integer count {n!r}")
+        if count < 0:
+            raise InvalidArgumentError(f"{op} requested {count} < 0 elements")
+        return count
+
+    def _check_n(self, n: SupportsIndex, up_to: bool) -> int:
+        """Validate a batch size and that the queue can batch; return it as an int."""
+        count = self._check_count(n, up_to)
+        self._codec.check_batchable(self._kind_name_many)
+        return count
+
+    def _try_take_many(self, n: int, up_to: bool) -> list[Any] | None:
+        """Take a whole batch now if this is possible without waiting, else None.
+
+        Raises:
+            OutOfRangeError: the queue is closed and cannot supply the batch.
+        """
+        size = len(self._buf)
+        if self._closed:
+            if size >= n:
+                return self._pop_list(n)
+            if up_to and size > 0:
+                return self._pop_list(size)
+            raise self._insufficient(n, size, many=True)
+        if size - self._hold >= n:
+            return self._pop_list(n)
+        return None
+
+    async def dequeue_many(self, n: SupportsIndex) -> Any:
+        """Remove and return exactly ``n`` elements, waiting until that many arrived.
+
+        Not atomic while open (FIFO, RandomShuffle, Padding queues; as in TensorFlow):
+        elements are taken as they arrive and held until ``n`` are collected, so ``size()``
+        drops meanwhile. If the queue closes before ``n`` are collected, or the call is
+        cancelled, the elements taken are put back at the front in their order, so none is
+        lost. ``n == 0`` returns an empty batch at once.
+
+        Args:
+            n: Batch size, at least 0.
+
+        Returns:
+            A list of ``n`` elements for an untyped queue; for a typed queue each component
+            stacked into one array of shape ``[n] + shape``, in the element structure.
+
+        Raises:
+            InvalidArgumentError: ``n < 0``, or a typed queue has no declared shapes.
+            OutOfRangeError: the queue is (or becomes) closed with fewer than the still
+                needed number of elements; the message gives the number still requested and
+                the size before the put-back.
+        """
+        return await self._dequeue_batch(n, up_to=False)
+
+    async def dequeue_up_to(self, n: SupportsIndex) -> Any:
+        """Remove and return up to ``n`` elements.
+
+        While the queue is open this waits for a full batch, like :meth:`dequeue_many`;
+        once it is closed it returns whatever is left (at least one element).
+
+        Args:
+            n: Maximum batch size, at least 0.
+
+        Returns:
+            As :meth:`dequeue_many`, with a batch dimension between 1 and ``n``.
+
+        Raises:
+            InvalidArgumentError: ``n < 0``, or a typed queue has no declared shapes.
+            OutOfRangeError: the queue is closed and empty.
+        """
+        return await self._dequeue_batch(n, up_to=True)
+
+    def dequeue_many_nowait(self, n: SupportsIndex) -> Any:
+        """Remove and return exactly ``n`` elements if they can be taken right now.
+
+        Raises:
+            anyio.WouldBlock: fewer than ``n`` can be taken now, or dequeues are waiting.
+            InvalidArgumentError: as for :meth:`dequeue_many`.
+            OutOfRangeError: the queue is closed with fewer than ``n`` elements.
+        """
+        return self._dequeue_batch_nowait(n, up_to=False)
+
+    def dequeue_up_to_nowait(self, n: SupportsIndex) -> Any:
+        """Like :meth:`dequeue_up_to`, but raise instead of waiting.
+
+        Raises:
+            anyio.WouldBlock: the queue is open and fewer than ``n`` can be taken now, or
+                dequeues are waiting.
+            InvalidArgumentError: as for :meth:`dequeue_up_to`.
+            OutOfRangeError: the queue is closed and empty.
+        """
+        return self._dequeue_batch_nowait(n, up_to=True)
+
+    def _dequeue_batch_nowait(self, n: SupportsIndex, up_to: bool) -> Any:
+        n = self._check_n(n, up_to)
+        if n == 0:
+            return self._codec.decode_many([])
+        if self._dequeuers:
+            raise anyio.WouldBlock
+        taken = self._try_take_many(n, up_to)
+        if taken is None:
+            raise anyio.WouldBlock
+        self._total_out += len(taken)
+        if self._enqueuers:
+            self._notify()
+        return self._codec.decode_many(taken)
+
+    async def _dequeue_batch(self, n: SupportsIndex, up_to: bool) -> Any:
+        n = self._check_n(n, up_to)
+        self._budget -= 1
+        if self._budget <= 0:
+            self._budget = CHECKPOINT_INTERVAL
+            await checkpoint()
+        if n == 0:
+            return self._codec.decode_many([])
+        taken = None if self._dequeuers else self._try_take_many(n, up_to)
+        if taken is not None:
+            self._total_out += len(taken)
+            if self._enqueuers:
+                self._notify()
+        else:
+            taken = await self._dequeue_slow(n, _BATCH, up_to=up_to)
+        return self._codec.decode_many(taken)
+
+    async def _dequeue_slow(self, n: int, kind: int, *, up_to: bool = False) -> list[Any]:
+        w = _Waiter(kind)
+        w.need = n
+        w.up_to = up_to
+        self._dequeuers.append(w)
+        try:
+            while True:
+                if self._dequeuers and self._dequeuers[0] is w:
+                    result = self._run_dequeue(w)
+                    if result is not _PENDING:
+                        return result  # type: ignore[no-any-return]
+                await self._wait(w)
+        except BaseException:
+            self._withdraw(self._dequeuers, w)
+            raise
+
+    def _run_dequeue(self, w: _Waiter) -> Any:
+        """Let head attempt ``w`` make progress; return its elements or ``_PENDING``."""
+        buf = self._buf
+        size = len(buf)
+        missing = w.need - len(w.taken)
+        if self._closed:
+            if size >= missing or (w.up_to and size + len(w.taken) > 0):
+                w.taken.extend(self._pop_list(min(size, missing)))
+                return self._complete(w)
+            self._dequeuers.popleft()
+            raise self._insufficient(missing, size, many=w.kind != _SINGLE)
+        available = size - self._hold
+        if self._atomic_many and available < missing:
+            return _PENDING
+        if available > 0:
+            w.taken.extend(self._pop_list(min(available, missing)))
+            if len(w.taken) == w.need:
+                return self._complete(w)
+            if self._enqueuers:
+                self._notify()
+        return _PENDING
+
+    def _complete(self, w: _Waiter) -> list[Any]:
+        self._dequeuers.popleft()
+        taken, w.taken = w.taken, []
+        self._total_out += len(taken)
+        self._notify()
+        return taken

@@ -1,0 +1,460 @@
+"""Element structure of a queue: dtypes, shapes and names, conversion and batching.
+
+A queue built without ``dtypes`` stores any Python object unchanged (:class:`UntypedCodec`).
+With ``dtypes`` an element is a fixed-arity tuple of components, each converted to a numpy
+value of its dtype and checked against its shape (:class:`TypedCodec`).
+
+A typed element is stored as a *row*: ``(batch, i)``, where ``batch`` is a tuple of
+component arrays with a leading batch dimension (the queue's own copy of what was enqueued;
+one row long for ``enqueue``) and ``i`` the row. ``enqueue_many`` thus stores a chunk without
+splitting it, and a batched dequeue of rows that came from one chunk is a slice or a single
+fancy-index per component instead of a per-element stack. A chunk stays in memory until its
+last row is dequeued.
+
+Validation messages follow TensorFlow's wording (SPEC §2.1, §2.2), so code that matched on
+TensorFlow's messages keeps working.
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Iterable, Mapping, Sequence
+from itertools import repeat
+from typing import Any
+
+import numpy as np
+
+from .._errors import InvalidArgumentError
+
+__all__ = [
+    "Row",
+    "Shape",
+    "TypedCodec",
+    "UntypedCodec",
+    "as_dtype",
+    "as_shape_list",
+    "format_shape",
+    "split_shapes",
+    "tf_dtype_name",
+]
+
+#: A shape: one entry per dimension, ``None`` for a dimension of unknown size.
+Shape = tuple[int | None, ...]
+
+#: A stored typed element: the component arrays of its chunk and its row in them.
+Row = tuple[tuple[np.ndarray[Any, Any], ...], int]
+
+_STRING_SPELLINGS = ("string", "str", "bytes", "object")
+
+_TF_NAMES = {
+    "float32": "float",
+    "float64": "double",
+    "float16": "half",
+    "object": "string",
+    "bytes": "string",
+    "str": "string",
+}
+
+
+def as_dtype(spec: Any) -> np.dtype[Any]:
+    """Return the numpy dtype for ``spec``; ``object``, ``bytes``, ``str``, ``"string"`` → object.
+
+    Raises:
+        InvalidArgumentError: if ``spec`` names no dtype.
+    """
+    if spec is object or spec is bytes or spec is str or spec in _STRING_SPELLINGS:
+        return np.dtype(object)
+    try:
+        dtype: np.dtype[Any] = np.dtype(spec)
+    except TypeError as exc:
+        raise InvalidArgumentError(f"not a dtype: {spec!r}") from exc
+    if dtype.kind in "SUV":
+        return np.dtype(object)
+    return dtype
+
+
+def tf_dtype_name(dtype: np.dtype[Any]) -> str:
+    """Return TensorFlow's name for ``dtype`` (``float`` for float32, ``string`` for text)."""
+    if dtype.kind in "SUO":
+        return "string"
+    return _TF_NAMES.get(dtype.name, dtype.name)
+
+
+def format_shape(shape: Sequence[int | None]) -> str:
+    """Format ``shape`` the way TensorFlow's messages do: ``[]``, ``[2,3]``, ``[?,3]``."""
+    return "[" + ",".join("?" if d is None else str(d) for d in shape) + "]"
+
+
+def _as_shape(spec: Any) -> Shape:
+    if spec is None:
+        raise InvalidArgumentError("a shape of unknown rank is not supported here")
+    if isinstance(spec, int):
+        spec = (spec,)
+    dims: list[int | None] = []
+    for d in spec:
+        if d is None:
+            dims.append(None)
+            continue
+        if isinstance(d, bool) or not isinstance(d, (int, np.integer)) or d < 0:
+            raise InvalidArgumentError(f"invalid dimension {d!r} in shape {spec!r}")
+        dims.append(int(d))
+    return tuple(dims)
+
+
+def split_shapes(shapes: Any) -> tuple[Shape, ...]:
+    """Normalise ``shapes`` as TensorFlow does: a bare shape stands for a one-component list.
+
+    Raises:
+        InvalidArgumentError: if a shape is malformed.
+    """
+    if (
+        not isinstance(shapes, (list, tuple))
+        or not shapes
+        or all(d is None or isinstance(d, int) for d in shapes)
+    ):
+        shapes = [shapes]
+    return tuple(_as_shape(s) for s in shapes)
+
+
+def as_shape_list(shapes: Any, count: int) -> tuple[Shape, ...] | None:
+    """Normalise ``shapes`` (see :func:`split_shapes`) and check there are ``count``.
+
+    Raises:
+        InvalidArgumentError: if the count differs from ``count`` or a shape is malformed.
+    """
+    if shapes is None:
+        return None
+    result = split_shapes(shapes)
+    if len(result) != count:
+        raise InvalidArgumentError("Queue shapes must have the same length as dtypes")
+    return result
+
+
+def _as_names(names: Any, count: int) -> tuple[str, ...] | None:
+    if names is None:
+        return None
+    if isinstance(names, str):
+        names = [names]
+    result = tuple(names)
+    if not all(isinstance(n, str) for n in result):
+        raise InvalidArgumentError(f"Queue names must be strings, got {names!r}")
+    if len(result) != count:
+        raise InvalidArgumentError("Queue names must have the same length as dtypes")
+    if len(set(result)) != len(result):
+        raise InvalidArgumentError(f"Queue names must be unique, got {list(result)}")
+    return result
+
+
+class UntypedCodec:
+    """Elements are arbitrary Python objects, stored and returned unchanged."""
+
+    __slots__ = ()
+
+    typed = False
+    dtypes: tuple[np.dtype[Any], ...] | None = None
+    shapes: tuple[Shape, ...] | None = None
+    names: tuple[str, ...] | None = None
+
+    def encode_one(self, vals: Any) -> Any:
+        return vals
+
+    def encode_many(self, vals: Any) -> list[Any]:
+        if isinstance(vals, list):
+            return vals[:]
+        if isinstance(vals, (str, bytes)) or not isinstance(vals, Iterable):
+            raise InvalidArgumentError(
+                f"enqueue_many needs a sequence of elements, got {type(vals).__name__}"
+            )
+        return list(vals)
+
+    def decode_one(self, elem: Any) -> Any:
+        return elem
+
+    def decode_many(self, elems: list[Any]) -> Any:
+        return elems
+
+    def check_batchable(self, kind: str) -> None:
+        """Untyped queues batch into lists; nothing to check."""
+
+    def config(self) -> dict[str, object]:
+        return {"dtypes": None, "shapes": None, "names": None}
+
+
+class TypedCodec:
+    """Elements are tuples of numpy values with declared dtypes (and optionally shapes).
+
+    Args:
+        dtypes: One dtype per component (a single dtype stands for one component).
+        shapes: One shape per component, or ``None``.
+        names: One name per component, or ``None``.
+        partial_shapes: Whether shapes may have unknown (``None``) dimensions, as in a
+            PaddingFIFOQueue; otherwise every shape must be fully defined.
+
+    Raises:
+        InvalidArgumentError: if the description is inconsistent (see SPEC §2.1).
+    """
+
+    __slots__ = ("dtypes", "names", "ordered", "partial", "shapes")
+
+    typed = True
+
+    def __init__(
+        self,
+        dtypes: Any,
+        shapes: Any = None,
+        names: Any = None,
+        *,
+        partial_shapes: bool = False,
+    ) -> None:
+        if isinstance(dtypes, (list, tuple)):
+            if not dtypes:
+                raise InvalidArgumentError("a queue needs at least one component dtype")
+            self.dtypes = tuple(as_dtype(d) for d in dtypes)
+        else:
+            self.dtypes = (as_dtype(dtypes),)
+        count = len(self.dtypes)
+        self.shapes = as_shape_list(shapes, count)
+        if self.shapes is not None and not partial_shapes:
+            for shape in self.shapes:
+                if None in shape:
+                    shown = ", ".join(format_shape(s) for s in self.shapes)
+                    raise InvalidArgumentError(f"All shapes must be fully defined: [{shown}]")
+        self.names = _as_names(names, count)
+        self.partial = partial_shapes
+        #: Set by FIFO storage: rows leave in the order they were stored.
+        self.ordered = False
+
+    def config(self) -> dict[str, object]:
+        return {
+            "dtypes": tuple(tf_dtype_name(d) for d in self.dtypes),
+            "shapes": self.shapes,
+            "names": self.names,
+        }
+
+    # -- structure -------------------------------------------------------------------------
+
+    def _components(self, vals: Any) -> Sequence[Any]:
+        """Split one enqueue argument (tuple / list / dict / bare value) into components."""
+        names = self.names
+        # (tuple first: the abstract Mapping check is comparatively slow)
+        if not isinstance(vals, tuple) and isinstance(vals, Mapping):
+            if names is None:
+                raise InvalidArgumentError("Queue must have names to enqueue a dictionary")
+            if sorted(vals) != sorted(names):
+                raise InvalidArgumentError(
+                    "Keys in dictionary to enqueue do not match names of Queue.  "
+                    f"Dictionary: {sorted(vals)}, Queue: {sorted(names)}"
+                )
+            return [vals[n] for n in names]
+        if names is not None:
+            raise InvalidArgumentError("You must enqueue a dictionary in a Queue with names")
+        count = len(self.dtypes)
+        # A tuple is always a tuple of components. A list is one too, except in a
+        # one-component queue, where it is the (array-like) value of that component.
+        if isinstance(vals, tuple) or (isinstance(vals, list) and count > 1):
+            if len(vals) != count:
+                raise InvalidArgumentError(
+                    f"Wrong number of components in tuple. Expected {count}, got {len(vals)}"
+                )
+            return vals
+        if count != 1:
+            raise InvalidArgumentError(
+                f"Wrong number of components in tuple. Expected {count}, got 1"
+            )
+        return (vals,)
+
+    # -- conversion ------------------------------------------------------------------------
+
+    def _convert(self, val: Any, i: int) -> np.ndarray[Any, Any]:
+        """Return a fresh array of component ``i``'s dtype holding ``val``."""
+        dtype = self.dtypes[i]
+        if dtype.kind == "O":
+            if isinstance(val, np.ndarray) and val.dtype.kind not in "OSU":
+                self._mismatch(i, val.dtype)
+            arr = np.array(val, dtype=object)
+            for x in arr.flat if arr.ndim else (arr[()],):
+                if not isinstance(x, (bytes, str)):
+                    self._mismatch(i, np.asarray(x).dtype)
+            return arr
+        kind = type(val)
+        if (kind is int and dtype.kind in "iuf") or (kind is float and dtype.kind in "fc"):
+            # A plain Python number of a compatible kind: convert directly.
+            try:
+                return np.array(val, dtype=dtype)
+            except OverflowError as exc:
+                raise InvalidArgumentError(
+                    f"Type mismatch in tuple component {i}. Expected {tf_dtype_name(dtype)}, "
+                    f"got {kind.__name__} {val!r} out of range"
+                ) from exc
+        src = val if isinstance(val, (np.ndarray, np.generic)) else None
+        if src is None:
+            try:
+                src = np.asarray(val)
+            except (ValueError, TypeError) as exc:
+                raise InvalidArgumentError(
+                    f"Type mismatch in tuple component {i}. Expected "
+                    f"{tf_dtype_name(dtype)}, got {type(val).__name__}"
+                ) from exc
+        # An empty value has no elements to mistype (``[]`` infers float64).
+        if (
+            src.dtype != dtype
+            and src.size
+            and (src.dtype.kind in "OSUV" or not np.can_cast(src.dtype, dtype, "same_kind"))
+        ):
+            self._mismatch(i, src.dtype)
+        try:
+            return np.array(src, dtype=dtype)
+        except (ValueError, TypeError, OverflowError) as exc:
+            raise InvalidArgumentError(
+                f"Type mismatch in tuple component {i}. Expected {tf_dtype_name(dtype)}, "
+                f"got {tf_dtype_name(src.dtype)}"
+            ) from exc
+
+    def _mismatch(self, i: int, got: np.dtype[Any]) -> None:
+        raise InvalidArgumentError(
+            f"Type mismatch in tuple component {i}. Expected {tf_dtype_name(self.dtypes[i])}, "
+            f"got {tf_dtype_name(got)}"
+        )
+
+    def _check_shape(self, i: int, got: tuple[int, ...], lead: tuple[int, ...] = ()) -> None:
+        if self.shapes is None:
+            return
+        want = lead + self.shapes[i]
+        if got == want:
+            return
+        if len(got) != len(want) or any(
+            w is not None and w != g for w, g in zip(want, got, strict=True)
+        ):
+            raise InvalidArgumentError(
+                f"Shape mismatch in tuple component {i}. Expected {format_shape(want)}, "
+                f"got {format_shape(got)}"
+            )
+
+    def encode_one(self, vals: Any) -> Row:
+        """Convert and check one element into a one-row chunk; nothing is stored if this raises.
+
+        Raises:
+            InvalidArgumentError: wrong structure, dtype or shape.
+        """
+        comps = self._components(vals)
+        out: list[np.ndarray[Any, Any]] = []
+        for i, val in enumerate(comps):
+            arr = self._convert(val, i)
+            self._check_shape(i, arr.shape)
+            out.append(arr[np.newaxis])
+        return (tuple(out), 0)
+
+    def encode_many(self, vals: Any) -> list[Row]:
+        """Convert and check a batch (components stacked on axis 0) into elements.
+
+        Raises:
+            InvalidArgumentError: wrong structure, dtype, rank, shape or unequal batch sizes.
+        """
+        comps = self._components(vals)
+        arrays = [self._convert(val, i) for i, val in enumerate(comps)]
+        batch = -1
+        for i, arr in enumerate(arrays):
+            if arr.ndim == 0:
+                raise InvalidArgumentError(
+                    f"Shape must be at least rank 1 but is rank 0 for component {i} of enqueue_many"
+                )
+            if batch < 0:
+                batch = arr.shape[0]
+            if self.shapes is not None:
+                self._check_shape(i, arr.shape, (batch,))
+            elif arr.shape[0] != batch:
+                raise InvalidArgumentError(
+                    "All input tensors must have the same size in the 0th dimension. "
+                    f"Component {i} has {arr.shape[0]}, and should have {batch}"
+                )
+        chunk = tuple(arrays)
+        return list(zip(repeat(chunk, batch), range(batch), strict=True))
+
+    # -- results ---------------------------------------------------------------------------
+
+    def _structure(self, values: Sequence[Any]) -> Any:
+        if self.names is not None:
+            return dict(zip(self.names, values, strict=True))
+        if len(values) == 1:
+            return values[0]
+        return tuple(values)
+
+    def decode_one(self, row: Row) -> Any:
+        """Return the element stored as ``row`` (numpy scalars for scalar components)."""
+        chunk, i = row
+        return self._structure([c[i] for c in chunk])
+
+    def check_batchable(self, kind: str) -> None:
+        """Raise unless the components have declared shapes (batched dequeues need them).
+
+        Raises:
+            InvalidArgumentError: the queue was built without shapes.
+        """
+        if self.shapes is None:
+            raise InvalidArgumentError(
+                f"{kind}'s DequeueMany and DequeueUpTo require the components to have "
+                "specified shapes."
+            )
+
+    def decode_many(self, rows: list[Row]) -> Any:
+        """Stack each component of ``rows`` into one array with a leading batch dimension."""
+        shapes = self.shapes
+        assert shapes is not None
+        k = len(rows)
+        if not k:
+            return self._structure(
+                [
+                    np.empty((0, *(d or 0 for d in shape)), dtype=dtype)
+                    for dtype, shape in zip(self.dtypes, shapes, strict=True)
+                ]
+            )
+        chunk, first = rows[0]
+        if self.ordered:
+            # FIFO storage keeps each chunk's rows together and in order, so rows that
+            # start and end in one chunk, k - 1 rows apart, are that chunk's slice.
+            last_chunk, last = rows[-1]
+            if last_chunk is chunk and last - first == k - 1:
+                return self._structure([c[first : first + k] for c in chunk])
+        elif all(map(operator.is_, map(_first, rows), repeat(chunk))):
+            # All from one chunk, in any order: one fancy-index per component.
+            take = np.fromiter(map(_second, rows), dtype=np.intp, count=k)
+            return self._structure([c[take] for c in chunk])
+        out: list[Any] = []
+        for j, dtype in enumerate(self.dtypes):
+            values = [r[0][j][r[1]] for r in rows]
+            shape = shapes[j]
+            if self.partial and None in shape:
+                out.append(_pad(values, dtype, shape))
+            else:
+                out.append(_stack(values, dtype, shape))
+        return self._structure(out)
+
+
+_first = operator.itemgetter(0)
+_second = operator.itemgetter(1)
+
+
+def _stack(values: list[Any], dtype: np.dtype[Any], shape: Shape) -> np.ndarray[Any, Any]:
+    if dtype.kind == "O":
+        # np.array would try to look inside object values; fill a preallocated array.
+        out = np.empty((len(values), *(d or 0 for d in shape)), dtype=object)
+        if shape == ():
+            out[:] = values
+        else:
+            for j, v in enumerate(values):
+                out[j] = v
+        return out
+    return np.array(values, dtype=dtype)
+
+
+def _pad(values: list[Any], dtype: np.dtype[Any], shape: Shape) -> np.ndarray[Any, Any]:
+    """Stack ``values`` padding every unknown dimension to the batch maximum (SPEC §2.6)."""
+    dims = [d if d is not None else max(v.shape[k] for v in values) for k, d in enumerate(shape)]
+    if dtype.kind == "O":
+        out = np.full((len(values), *dims), b"", dtype=object)
+    else:
+        out = np.zeros((len(values), *dims), dtype=dtype)
+    for j, v in enumerate(values):
+        corner: tuple[int | slice, ...] = (j, *[slice(0, n) for n in v.shape])
+        out[corner] = v
+    return out

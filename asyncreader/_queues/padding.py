@@ -1,0 +1,78 @@
+"""PaddingFIFOQueue: a FIFOQueue whose batches pad variable-size components."""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar, SupportsIndex
+
+from .._errors import InvalidArgumentError
+from ._elements import TypedCodec, split_shapes
+from .fifo import _DequeStorage
+
+__all__ = ["PaddingFIFOQueue"]
+
+
+class PaddingFIFOQueue(_DequeStorage):
+    """A FIFOQueue whose components may have dimensions of unknown size.
+
+    Each shape has a known rank, but a dimension may be ``None``. An enqueued value must
+    match the known dimensions; ``dequeue()`` returns it exactly as enqueued.
+    ``dequeue_many(n)`` / ``dequeue_up_to(n)`` pad every unknown dimension to its maximum
+    over the batch: each element is copied to the low-index corner and the rest is filled
+    with the dtype's zero (``0``, ``False``, ``b""``). ``dequeue_many(0)`` returns arrays of
+    shape ``[0] + shape`` with unknown dimensions as 0 (SPEC §2.6). Unlike TensorFlow, any
+    rank can be padded.
+
+    Everything else (ordering, closing, put-back, fairness) is
+    :class:`~asyncreader.FIFOQueue` behaviour. As in TensorFlow, messages of enqueue and
+    single dequeue say ``FIFOQueue``, those of batched dequeues ``PaddingFIFOQueue``.
+
+    Args:
+        capacity: Maximum number of stored elements; ``None`` or negative means unbounded.
+        dtypes: One dtype per component (mandatory).
+        shapes: One shape per component (mandatory), ``None`` for an unknown dimension.
+        names: One name per component; elements are then dicts.
+        name: The name used in error messages.
+        shared_name: Share the queue under this name.
+        container: The container for ``shared_name``.
+
+    Raises:
+        InvalidArgumentError: shapes missing or not one per component, inconsistent
+            dtypes / names, or a ``shared_name`` taken by another type or configuration.
+    """
+
+    # Public as asyncreader.<name>: tracebacks and docs show the public path.
+    __module__ = "asyncreader"
+
+    _kind_name: ClassVar[str] = "FIFOQueue"
+    _kind_name_many: ClassVar[str] = "PaddingFIFOQueue"
+
+    def __init__(
+        self,
+        capacity: SupportsIndex | None,
+        dtypes: Any,
+        shapes: Any,
+        names: Any = None,
+        *,
+        name: str | None = None,
+        shared_name: str | None = None,
+        container: str | None = None,
+    ) -> None:
+        # shared_name / container are consumed by SharedResourceMeta before __init__ runs;
+        # they are declared here so the signature shows (and type-checks) them.
+        del shared_name, container
+        if dtypes is None:
+            raise InvalidArgumentError("PaddingFIFOQueue needs dtypes")
+        if shapes is None:
+            raise InvalidArgumentError(
+                "When providing partial shapes, a list of shapes must be provided."
+            )
+        count = len(dtypes) if isinstance(dtypes, (list, tuple)) else 1
+        given = len(split_shapes(shapes))
+        if given != count:
+            raise InvalidArgumentError(
+                "Shapes must be provided for all components, but received "
+                f"{count} dtypes and {given} shapes."
+            )
+        codec = TypedCodec(dtypes, shapes, names, partial_shapes=True)
+        super().__init__(capacity, codec, name)
+        self._init_storage()

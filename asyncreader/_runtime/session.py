@@ -1,0 +1,302 @@
+"""Session: the owner of a pipeline's tasks and resources.
+
+A TensorFlow ``Session`` owns the queues and readers its graph made and the threads that run
+them. ``async with ar.Session() as sess:`` does the same for a block of async code:
+
+* ``sess.coord`` is a :class:`~asyncreader.Coordinator`, entered with the session and current
+  inside it, so queue runners and producers started in the block run in it;
+* ``sess.resources`` is a :class:`~asyncreader.ResourceMgr`: queues and readers built with
+  ``shared_name=`` inside the block are shared through it (two ``FIFOQueue(4,
+  shared_name="q")`` are one queue), and different sessions never share;
+* every queue and reader built inside the block is tracked (weakly, so a long-lived session
+  does not keep objects alive that nothing else uses).
+
+Leaving the block, or ``await sess.close()``, requests a stop, waits for the coordinator's
+tasks, then closes every tracked resource still alive (queues with
+``cancel_pending_enqueues=True``, readers' open files) under a shielded scope and clears the
+resource manager. Operations still blocked on those queues in other tasks end with a clear
+error (a dequeue gets :class:`~asyncreader.OutOfRangeError`, an enqueue
+:class:`~asyncreader.QueueClosedError`); calls made through :meth:`Session.run` are cancelled
+and raise :class:`~asyncreader.FailedPreconditionError`. TensorFlow's ``Session.close()``
+only cancels in-flight steps and keeps the queues; closing them is this library's extension.
+
+A long-lived session is how a service embeds a pipeline: enter it for the lifetime of the
+service, start the runners with :meth:`Session.start_soon` / ``QueueRunner.start()``, and let
+request handlers in other tasks call ``await sess.run(batcher.dequeue)``.
+"""
+
+from __future__ import annotations
+
+import weakref
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Self, TypeVar, TypeVarTuple
+
+import anyio
+import anyio.lowlevel
+
+from .._errors import FailedPreconditionError
+from . import context
+from .coordinator import Coordinator, CoordinatorStatistics
+from .resources import ResourceMgr
+
+if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable, Iterable
+    from types import TracebackType
+
+__all__ = ["Session", "SessionStatistics"]
+
+T = TypeVar("T")
+Ts = TypeVarTuple("Ts")
+
+_CLOSED_MESSAGE = "Attempted to use a closed Session."
+
+
+@dataclass(frozen=True)
+class SessionStatistics:
+    """A snapshot of a :class:`Session`'s state.
+
+    Attributes:
+        closed: Whether the session was closed.
+        resources_tracked: Tracked queues and readers still alive.
+        calls_running: Calls made through :meth:`Session.run` that have not returned.
+        coordinator: The statistics of the session's coordinator.
+    """
+
+    closed: bool
+    resources_tracked: int
+    calls_running: int
+    coordinator: CoordinatorStatistics
+
+
+class Session:
+    """Own a coordinator, a resource manager and the resources built inside the block.
+
+    A session is used once: after it was closed, entering it, starting tasks in it, running
+    calls through it or building resources inside its block raise
+    :class:`~asyncreader.FailedPreconditionError`.
+
+    Args:
+        clean_stop_exception_types: Passed to the session's :class:`Coordinator`.
+        stop_grace_period: Passed to the session's :class:`Coordinator`: seconds its tasks
+            get to end by themselves after a stop request before they are cancelled.
+
+    Attributes:
+        coord: The session's coordinator.
+        resources: The session's resource manager.
+    """
+
+    __module__ = "asyncreader"
+
+    def __init__(
+        self,
+        *,
+        clean_stop_exception_types: Iterable[type[BaseException]] | None = None,
+        stop_grace_period: float | None = 0.0,
+    ) -> None:
+        self.coord = Coordinator(clean_stop_exception_types, stop_grace_period=stop_grace_period)
+        self.resources = ResourceMgr()
+        # id -> weak reference (or the object itself when it cannot be weakly referenced).
+        self._tracked: dict[int, Any] = {}
+        self._runs: set[anyio.CancelScope] = set()
+        self._closed = False
+        self._closing = False
+        self._entered = False
+        self._token: Any = None
+
+    # -- the block -----------------------------------------------------------------------
+
+    async def __aenter__(self) -> Self:
+        self._check_open()
+        if self._entered:
+            raise FailedPreconditionError("this Session is already running a block")
+        self._token = context._session.set(self)
+        try:
+            await self.coord.__aenter__()
+        except BaseException:
+            context._session.reset(self._token)
+            raise
+        self._entered = True
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool:
+        # The body's own error must be the one the coordinator records.
+        self.coord.request_stop(exc if isinstance(exc, Exception) else None)
+        self._cancel_runs()
+        try:
+            suppressed = await self.coord.__aexit__(exc_type, exc, tb)
+        except BaseException:
+            await self._end_block(report=False)
+            raise
+        # A resource that fails to close is reported only when nothing else propagates.
+        await self._end_block(report=bool(suppressed) or exc is None)
+        return suppressed
+
+    async def _end_block(self, *, report: bool) -> None:
+        self._entered = False
+        context._session.reset(self._token)
+        self._token = None
+        await self._close_resources(report=report)
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise FailedPreconditionError(_CLOSED_MESSAGE)
+
+    # -- closing -------------------------------------------------------------------------
+
+    @property
+    def closed(self) -> bool:
+        """Whether the session was closed."""
+        return self._closed
+
+    async def close(self) -> None:
+        """Stop the session's tasks and close its resources; a no-op when already closed.
+
+        Requests a stop, cancels calls running through :meth:`run`, waits for the
+        coordinator's tasks to end (other than the caller, when a task of the session calls
+        it), closes every tracked resource and clears :attr:`resources`. The waiting and
+        closing are shielded, so they finish even if the caller is cancelled meanwhile. The
+        coordinator's block itself ends, and reports errors, when the ``async with`` block
+        is left.
+        """
+        if self._closed:
+            await anyio.lowlevel.checkpoint()
+            return
+        self._closed = True
+        self.coord.request_stop()
+        self._cancel_runs()
+        with anyio.CancelScope(shield=True):
+            await self.coord._wait_tasks_done()
+        await self._close_resources()
+
+    def _cancel_runs(self) -> None:
+        for scope in self._runs:
+            scope.cancel()
+
+    async def _close_resources(self, *, report: bool = True) -> None:
+        if self._closing:
+            return
+        self._closing = True
+        self._closed = True
+        first_error: Exception | None = None
+        with anyio.CancelScope(shield=True):
+            while self._tracked:
+                _, held = self._tracked.popitem()
+                resource = held() if isinstance(held, weakref.ref) else held
+                close = getattr(resource, "_session_close", None)
+                if close is None:
+                    continue
+                try:
+                    await close()
+                except Exception as exc:
+                    first_error = first_error or exc
+        self.resources.clear()
+        if first_error is not None and report:
+            raise first_error
+
+    # -- resources -----------------------------------------------------------------------
+
+    def _track(self, resource: object) -> None:
+        """Take ``resource`` into the session, which closes it when it ends.
+
+        Raises:
+            FailedPreconditionError: if the session is closed.
+        """
+        self._check_open()
+        key = id(resource)
+        try:
+            held: Any = weakref.ref(resource, self._forget(key))
+        except TypeError:  # no __weakref__ slot: keep it alive instead
+            held = resource
+        self._tracked[key] = held
+
+    def _forget(self, key: int) -> Callable[[weakref.ref[Any]], None]:
+        session = weakref.ref(self)  # the callback must not keep the session alive
+
+        def forget(ref: weakref.ref[Any]) -> None:
+            owner = session()
+            if owner is not None and owner._tracked.get(key) is ref:
+                del owner._tracked[key]
+
+        return forget
+
+    # -- running code --------------------------------------------------------------------
+
+    def start_soon(
+        self,
+        fn: Callable[[*Ts], Awaitable[Any]],
+        *args: *Ts,
+        name: str | None = None,
+    ) -> None:
+        """Start ``fn(*args)`` as a task of the session's coordinator.
+
+        Args:
+            fn: An async callable.
+            *args: Positional arguments for ``fn``.
+            name: The task's name (see :meth:`Coordinator.start_soon`).
+
+        Raises:
+            FailedPreconditionError: if the session is closed or its block is not running.
+        """
+        self._check_open()
+        self.coord.start_soon(fn, *args, name=name)
+
+    async def run(self, fn: Callable[[*Ts], Awaitable[T]], *args: *Ts) -> T:
+        """Await ``fn(*args)`` in the session, from any task, and return its result.
+
+        The session and its coordinator are current while ``fn`` runs, so resources it
+        builds belong to the session. If the session closes meanwhile, the call is
+        cancelled.
+
+        Args:
+            fn: An async callable.
+            *args: Positional arguments for ``fn``.
+
+        Returns:
+            What ``fn`` returned.
+
+        Raises:
+            FailedPreconditionError: if the session is closed, or closes while the call runs.
+            Exception: whatever ``fn`` raises.
+        """
+        self._check_open()
+        session_token = context._session.set(self)
+        coord_token = context._coordinator.set(self.coord)
+        scope = anyio.CancelScope()
+        self._runs.add(scope)
+        try:
+            with scope:
+                return await fn(*args)
+        finally:
+            self._runs.discard(scope)
+            context._coordinator.reset(coord_token)
+            context._session.reset(session_token)
+        # Only the session cancels this scope, so getting here means it was closed.
+        raise FailedPreconditionError("The Session was closed while this call was running.")
+
+    # -- introspection -------------------------------------------------------------------
+
+    def statistics(self) -> SessionStatistics:
+        """Return a snapshot of the session's state."""
+        alive = sum(
+            1
+            for held in self._tracked.values()
+            if not isinstance(held, weakref.ref) or held() is not None
+        )
+        return SessionStatistics(
+            closed=self._closed,
+            resources_tracked=alive,
+            calls_running=len(self._runs),
+            coordinator=self.coord.statistics(),
+        )
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else ("running" if self._entered else "idle")
+        return (
+            f"<Session {state} resources={self.statistics().resources_tracked} "
+            f"coord={self.coord!r}>"
+        )

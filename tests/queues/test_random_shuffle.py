@@ -1,0 +1,221 @@
+"""RandomShuffleQueue: min_after_dequeue, draining after close, seeds (SPEC §2.5)."""
+
+from __future__ import annotations
+
+import re
+
+import anyio
+import numpy as np
+import pytest
+
+import asyncreader as ar
+
+pytestmark = pytest.mark.anyio
+
+
+def test_attributes() -> None:
+    q = ar.RandomShuffleQueue(10, 3, seed=7)
+    assert q.capacity == 10
+    assert q.min_after_dequeue == 3
+    assert q.seed == 7
+    assert q.dtypes is None
+    assert re.fullmatch(r"RandomShuffleQueue_\d+", q.name)
+    assert ar.RandomShuffleQueue(None, 100).capacity is None
+
+
+@pytest.mark.parametrize(
+    ("args", "kwargs", "message"),
+    [
+        ((5, 5), {}, "min_after_dequeue 5 must be < capacity 5"),
+        ((0, 0), {}, "min_after_dequeue 0 must be < capacity 0"),
+        ((5, -1), {}, "min_after_dequeue -1 must be >= 0"),
+        ((5, 1.5), {}, "min_after_dequeue must be an int"),
+        ((5, 1), {"seed": "x"}, "seed must be an int or None"),
+        ((5, 1), {"dtypes": ["int32"], "shapes": [[None]]}, "All shapes must be fully defined"),
+    ],
+)
+def test_invalid_construction(
+    args: tuple[object, ...], kwargs: dict[str, object], message: str
+) -> None:
+    with pytest.raises(ar.InvalidArgumentError, match=re.escape(message)):
+        ar.RandomShuffleQueue(*args, **kwargs)  # type: ignore[arg-type]
+
+
+async def test_dequeue_respects_min_after_dequeue_while_open() -> None:
+    q = ar.RandomShuffleQueue(10, 2, seed=1)
+    await q.enqueue_many([1, 2, 3])
+    first = await q.dequeue()
+    assert q.size() == 2
+    with pytest.raises(anyio.WouldBlock):
+        q.dequeue_nowait()
+    got: list[object] = []
+    async with anyio.create_task_group() as tg:
+
+        async def consumer() -> None:
+            got.append(await q.dequeue())
+
+        tg.start_soon(consumer)
+        await anyio.wait_all_tasks_blocked()
+        assert got == []
+        await q.enqueue(4)
+    assert q.size() == 2
+    await q.close()
+    rest = [await q.dequeue(), await q.dequeue()]
+    assert sorted([first, *got, *rest]) == [1, 2, 3, 4]
+
+
+@pytest.mark.both_backends
+async def test_close_drains_ignoring_min_after_dequeue() -> None:
+    q = ar.RandomShuffleQueue(10, 5, name="rsq", seed=3)
+    await q.enqueue_many(range(4))
+    await q.close()
+    assert sorted([await q.dequeue() for _ in range(4)]) == [0, 1, 2, 3]
+    with pytest.raises(
+        ar.OutOfRangeError,
+        match=re.escape(
+            "RandomShuffleQueue 'rsq' is closed and has insufficient elements "
+            "(requested 1, current size 0)"
+        ),
+    ):
+        await q.dequeue()
+
+
+async def test_close_wakes_dequeuer_held_by_min_after_dequeue() -> None:
+    q = ar.RandomShuffleQueue(10, 3)
+    await q.enqueue_many([1, 2])
+    got: list[object] = []
+    async with anyio.create_task_group() as tg:
+
+        async def consumer() -> None:
+            got.append(await q.dequeue_many(2))
+
+        tg.start_soon(consumer)
+        await anyio.wait_all_tasks_blocked()
+        assert got == []
+        await q.close()
+    assert sorted(got[0]) == [1, 2]  # type: ignore[call-overload]
+
+
+async def test_dequeue_many_is_progressive_above_min_after_dequeue() -> None:
+    q = ar.RandomShuffleQueue(10, 1, seed=5)
+    await q.enqueue_many([1, 2, 3])
+    result: list[int] = []
+    async with anyio.create_task_group() as tg:
+
+        async def consumer() -> None:
+            result.extend(await q.dequeue_many(4))
+
+        tg.start_soon(consumer)
+        await anyio.wait_all_tasks_blocked()
+        assert q.size() == 1  # two taken and held, one kept back
+        await q.enqueue_many([4, 5])
+    assert q.size() == 1
+    assert len(result) == 4
+    assert len(set(result)) == 4
+    assert set(result) < {1, 2, 3, 4, 5}
+
+
+async def test_closed_dequeue_many_insufficient_puts_back() -> None:
+    q = ar.RandomShuffleQueue(10, 0, name="s")
+    await q.enqueue_many([1, 2])
+    async with anyio.create_task_group() as tg:
+
+        async def consumer() -> None:
+            with pytest.raises(
+                ar.OutOfRangeError,
+                match=re.escape(
+                    "RandomShuffleQueue 's' is closed and has insufficient elements "
+                    "(requested 1, current size 0)"
+                ),
+            ):
+                await q.dequeue_many(3)
+
+        tg.start_soon(consumer)
+        await anyio.wait_all_tasks_blocked()
+        assert q.size() == 0
+        await q.close()
+    assert sorted(await q.dequeue_up_to(5)) == [1, 2]
+
+
+async def test_dequeue_up_to_sizes_after_close() -> None:
+    q = ar.RandomShuffleQueue(10, 8)
+    await q.enqueue_many(range(5))
+    await q.close()
+    a = await q.dequeue_up_to(3)
+    b = await q.dequeue_up_to(3)
+    assert (len(a), len(b)) == (3, 2)
+    assert sorted(a + b) == [0, 1, 2, 3, 4]
+
+
+async def _order(seed: int | None, n: int = 50) -> list[int]:
+    q = ar.RandomShuffleQueue(None, 3, seed=seed)
+    await q.enqueue_many(range(n))
+    out = [await q.dequeue() for _ in range(10)]
+    out += await q.dequeue_many(20)
+    await q.enqueue_many(range(n, n + 5))
+    await q.close()
+    out += await q.dequeue_up_to(1000)
+    return out
+
+
+async def test_same_seed_same_order() -> None:
+    a = await _order(42)
+    assert a == await _order(42)
+    assert sorted(a) == list(range(55))
+    assert a != sorted(a)
+    assert a != await _order(43)
+
+
+async def test_unseeded_order_is_a_permutation() -> None:
+    assert sorted(await _order(None)) == list(range(55))
+
+
+async def test_every_position_is_reachable() -> None:
+    seen = set()
+    for seed in range(60):
+        q = ar.RandomShuffleQueue(None, 0, seed=seed)
+        await q.enqueue_many(range(4))
+        seen.add(await q.dequeue())
+    assert seen == {0, 1, 2, 3}
+
+
+async def test_typed_dequeue_many_keeps_components_paired() -> None:
+    q = ar.RandomShuffleQueue(20, 0, ["int32", "string"], [[2], []], seed=9)
+    await q.enqueue_many(([[i, -i] for i in range(10)], [str(i).encode() for i in range(10)]))
+    ints, texts = await q.dequeue_many(10)
+    assert ints.shape == (10, 2)
+    assert sorted(ints[:, 0].tolist()) == list(range(10))
+    for (a, b), t in zip(ints.tolist(), texts.tolist(), strict=True):
+        assert b == -a
+        assert t == str(a).encode()
+
+
+async def test_typed_dequeue_many_requires_shapes() -> None:
+    q = ar.RandomShuffleQueue(20, 0, ["int32"])
+    with pytest.raises(
+        ar.InvalidArgumentError,
+        match=re.escape(
+            "RandomShuffleQueue's DequeueMany and DequeueUpTo require the components to have "
+            "specified shapes."
+        ),
+    ):
+        await q.dequeue_many(2)
+
+
+async def test_closed_enqueue_message() -> None:
+    q = ar.RandomShuffleQueue(3, 0, name="c")
+    await q.close()
+    with pytest.raises(ar.QueueClosedError, match=re.escape("RandomShuffleQueue 'c' is closed.")):
+        await q.enqueue(1)
+
+
+async def test_statistics_count_put_back_elements_once() -> None:
+    q = ar.RandomShuffleQueue(10, 0)
+    await q.enqueue_many([1, 2])
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(q.dequeue_many, 3)
+        await anyio.wait_all_tasks_blocked()
+        tg.cancel_scope.cancel()
+    stats = q.statistics()
+    assert (stats.size, stats.total_enqueued, stats.total_dequeued) == (2, 2, 0)
+    np.testing.assert_array_equal(sorted(await q.dequeue_many(2)), [1, 2])
