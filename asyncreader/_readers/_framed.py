@@ -1,0 +1,165 @@
+"""The chunked file reader behind TextLine, FixedLength and TFRecord readers.
+
+Each executor hop reads one block of :data:`~asyncreader._io.filesystem.READ_BLOCK` bytes,
+frames it whole with a sans-I/O framer (:mod:`asyncreader._records`) and builds the keys of
+every record in bulk, so the event loop only slices lists.
+
+State: before each chunk the reader notes the framer's restart point (stream position and
+key of the chunk's first record). Saved state is that point plus how many records of the
+chunk were already delivered; restoring reopens the file, seeks to the point (an
+uncompressed file) or inflates it again from the start and discards the bytes before it (a
+compressed file: the cost is decompressing the file up to the point once), then skips the
+delivered records.
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import TYPE_CHECKING, ClassVar
+
+from .._errors import AsyncReaderError, InvalidArgumentError
+from .._io.filesystem import READ_BLOCK, open_work_item
+from .base import Chunk, ReaderBase, bulk_keys
+
+if TYPE_CHECKING:
+    from .._io.filesystem import RandomAccessFile
+    from .._records._framer import Framer
+
+__all__ = ["FramedReader"]
+
+_RESTART = struct.Struct("<qqq")
+
+
+class FramedReader(ReaderBase):
+    """A reader that frames its work items' bytes in large chunks (internal base)."""
+
+    _chunked: ClassVar[bool] = True
+    #: Key of a file's first record.
+    _first_key: ClassVar[int] = 0
+
+    def __init__(self, name: str | None = None) -> None:
+        super().__init__(name)
+        self._file: RandomAccessFile | None = None
+        self._framer: Framer | None = None
+        self._prefix = b""
+        self._restart = (0, self._first_key)
+        self._restart_skip = 0
+        self._skip_pending = 0
+
+    # -- subclass interface ------------------------------------------------------------
+
+    def _new_framer(self, work: bytes, position: int, key: int) -> Framer:
+        """Return a framer whose first record is at ``position`` with key ``key``."""
+        raise NotImplementedError
+
+    def _seek_target(self, position: int, key: int) -> int | None:
+        """Return where to seek to resume at ``(position, key)``; ``None`` for compressed
+        files, which are read again from the start."""
+        return position
+
+    def _config(self) -> dict[str, object]:
+        return {}
+
+    def _shared_config(self) -> dict[str, object]:
+        return {**super()._shared_config(), **self._config()}
+
+    def _config_bytes(self) -> bytes:
+        return repr(sorted(self._config().items())).encode()
+
+    # -- hooks (worker thread) -----------------------------------------------------------
+
+    def on_work_started(self, work: bytes) -> None:
+        self._close_files()
+        self._file = open_work_item(work)
+        self._prefix = work + b":"
+        self._framer = self._new_framer(work, 0, self._first_key)
+        self._skip_pending = 0
+
+    def restore_extra(self, extra: bytes) -> None:
+        position, key, skip = _RESTART.unpack_from(extra)
+        assert self._file is not None
+        target = self._seek_target(position, key)
+        if target is not None:
+            self._file.seek(target)
+        self._framer = self._new_framer(self._work, position, key)
+        self._skip_pending = skip
+
+    def on_work_finished(self) -> None:
+        self._close_files()
+
+    def reset_state(self) -> None:
+        self._framer = None
+        self._skip_pending = 0
+
+    def _close_files(self) -> None:
+        f, self._file = self._file, None
+        if f is not None:
+            f.close()
+
+    def _has_open_files(self) -> bool:
+        return self._file is not None
+
+    # -- state -----------------------------------------------------------------------------
+
+    def _before_fill(self) -> None:
+        framer = self._framer
+        if framer is not None:
+            self._restart = (framer.position, framer.next_key)
+        self._restart_skip = self._skip_pending
+
+    def _chunk_state(self, skip: int) -> bytes:
+        position, key = self._restart
+        return _RESTART.pack(position, key, self._restart_skip + skip) + self._config_bytes()
+
+    def _check_extra(self, extra: bytes) -> None:
+        if len(extra) < _RESTART.size or extra[_RESTART.size :] != self._config_bytes():
+            raise InvalidArgumentError(
+                f"state was written by a {type(self).__name__} with other arguments "
+                f"than {self._config()}"
+            )
+        position, key, skip = _RESTART.unpack_from(extra)
+        if min(position, key, skip) < 0:
+            raise InvalidArgumentError(f"negative position in state: {position}, {key}, {skip}")
+
+    # -- reading ---------------------------------------------------------------------------
+
+    def _fill(self) -> Chunk:
+        framer = self._framer
+        f = self._file
+        assert framer is not None
+        assert f is not None
+        prefix = self._prefix
+        while True:
+            if framer.error is not None:
+                # A failed framer repeats its error: the work item stays in progress.
+                raise framer.error
+            at_end = False
+            if framer.pending:
+                ints, values = framer.decode(b"")
+            else:
+                data = f.read(READ_BLOCK)
+                self._bytes_read += len(data)
+                if data:
+                    ints, values = framer.decode(data)
+                    # A short block is the end of the file: finish in the same hop.
+                    if len(data) < READ_BLOCK and framer.error is None and not framer.pending:
+                        try:
+                            more_ints, more_values = framer.finish()
+                        except AsyncReaderError:
+                            if not ints:
+                                raise
+                            # Deliver the good records first; the framer repeats the error.
+                        else:
+                            ints += more_ints
+                            values += more_values
+                            at_end = framer.error is None
+                else:
+                    ints, values = framer.finish()
+                    at_end = framer.error is None
+            skip = self._skip_pending
+            if skip and ints:
+                dropped = min(skip, len(ints))
+                del ints[:dropped], values[:dropped]
+                self._skip_pending = skip - dropped
+            if ints or at_end:
+                return bulk_keys(prefix, ints), values, at_end

@@ -1,0 +1,26 @@
+"""IdentityReader: the work item itself as the record (SPEC §3.7)."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from .base import ReaderBase
+
+__all__ = ["IdentityReader"]
+
+
+class IdentityReader(ReaderBase):
+    """A reader that outputs each work item as both key and value.
+
+    Useful to pass work items through a reader pipeline unchanged. No I/O: the records
+    are made on the event loop. State is TensorFlow's ``ReaderBaseState``, interchangeable
+    with ``tf.compat.v1.IdentityReader``.
+
+    Args:
+        name: The reader's name in messages.
+    """
+
+    _tf_state: ClassVar[bool] = True
+
+    async def read_one(self) -> tuple[bytes, bytes, bool]:
+        return self._work, self._work, True

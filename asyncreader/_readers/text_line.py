@@ -1,0 +1,53 @@
+"""TextLineReader: one record per line of a text file (SPEC §3.7)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, ClassVar
+
+from .._errors import InvalidArgumentError
+from .._records.lines import LineFramer
+from ._framed import FramedReader
+
+if TYPE_CHECKING:
+    from .._records._framer import Framer
+
+__all__ = ["TextLineReader"]
+
+
+class TextLineReader(FramedReader):
+    """A reader that outputs the lines of a file, split on ``\\n``.
+
+    One ``\\r`` ending a line is removed (CRLF files read like LF files); a final line needs
+    no terminator and a file ending in ``\\n`` has no extra empty line. Keys are
+    ``b"<work>:<line number>"``, 1-based, counting skipped header lines too.
+
+    Args:
+        skip_header_lines: Lines to skip at the start of every file.
+        name: The reader's name in messages.
+
+    Raises:
+        InvalidArgumentError: ``skip_header_lines must be >= 0 not <n>``.
+    """
+
+    _first_key: ClassVar[int] = 1
+
+    def __init__(self, skip_header_lines: int = 0, name: str | None = None) -> None:
+        if isinstance(skip_header_lines, bool) or not isinstance(skip_header_lines, int):
+            raise InvalidArgumentError(
+                f"skip_header_lines must be an integer, not {skip_header_lines!r}"
+            )
+        if skip_header_lines < 0:
+            raise InvalidArgumentError(f"skip_header_lines must be >= 0 not {skip_header_lines}")
+        super().__init__(name)
+        self.skip_header_lines = skip_header_lines
+
+    def _config(self) -> dict[str, object]:
+        return {"skip_header_lines": self.skip_header_lines}
+
+    def _new_framer(self, work: bytes, position: int, key: int) -> Framer:
+        return LineFramer(
+            skip_header_lines=self.skip_header_lines,
+            first_line=key,
+            start_offset=position,
+            work_item=work,
+        )

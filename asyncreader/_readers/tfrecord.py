@@ -1,0 +1,59 @@
+"""TFRecordReader: the records of TFRecord files (SPEC §3.7, §4)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from .._records.compression import (
+    TFRecordCompressionType,
+    compression_name,
+    parse_compression_type,
+)
+from .._records.tfrecord import TFRecordFramer
+from ._framed import FramedReader
+
+if TYPE_CHECKING:
+    from .._records._framer import Framer
+
+__all__ = ["TFRecordReader"]
+
+
+class TFRecordReader(FramedReader):
+    """A reader that outputs the records of TFRecord files, checking both CRCs.
+
+    Keys are ``b"<work>:<offset>"``, the offset of the record's header in the
+    (decompressed) stream. A corrupt record raises :class:`~asyncreader.DataLossError`
+    naming the file and offset, after the good records before it were delivered; the work
+    item then stays in progress (every read fails) until :meth:`reset`. 1 to 11 bytes left
+    at the end of a file are ignored, as TensorFlow does.
+
+    Args:
+        compression_type: ``None`` or ``""`` (uncompressed), ``"ZLIB"`` or ``"GZIP"`` (or a
+            :class:`~asyncreader.TFRecordCompressionType`). Other strings mean
+            uncompressed, as in TensorFlow.
+        name: The reader's name in messages.
+    """
+
+    def __init__(
+        self,
+        compression_type: str | TFRecordCompressionType | None = None,
+        name: str | None = None,
+    ) -> None:
+        super().__init__(name)
+        self._compression = parse_compression_type(compression_type, strict=False)
+
+    @property
+    def compression_type(self) -> str:
+        """``""``, ``"ZLIB"`` or ``"GZIP"``."""
+        return compression_name(self._compression)
+
+    def _config(self) -> dict[str, object]:
+        return {"compression_type": self.compression_type}
+
+    def _new_framer(self, work: bytes, position: int, key: int) -> Framer:
+        return TFRecordFramer(
+            compression_type=self._compression, start_offset=position, work_item=work
+        )
+
+    def _seek_target(self, position: int, key: int) -> int | None:
+        return position if self._compression is TFRecordCompressionType.NONE else None

@@ -1,0 +1,64 @@
+"""WholeFileReader: one record per file, the whole file (SPEC §3.7)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, ClassVar
+
+from .._io.filesystem import READ_BLOCK, open_work_item
+from .base import ReaderBase
+
+if TYPE_CHECKING:
+    from .._io.filesystem import RandomAccessFile
+
+__all__ = ["WholeFileReader"]
+
+
+class WholeFileReader(ReaderBase):
+    """A reader that outputs the entire contents of each file as one record.
+
+    Key: the work item itself (no suffix); value: the file's bytes (``b""`` for an empty
+    file). The file is opened when the work item is taken, so a missing file fails that
+    read with :class:`~asyncreader.NotFoundError` and is abandoned (TensorFlow opens it in
+    the read itself and keeps the work item in progress). State is TensorFlow's
+    ``ReaderBaseState``, interchangeable with ``tf.compat.v1.WholeFileReader``.
+
+    Args:
+        name: The reader's name in messages.
+    """
+
+    _tf_state: ClassVar[bool] = True
+
+    def __init__(self, name: str | None = None) -> None:
+        super().__init__(name)
+        self._file: RandomAccessFile | None = None
+
+    def on_work_started(self, work: bytes) -> None:
+        self._close_files()
+        self._file = open_work_item(work)
+
+    def read_one(self) -> tuple[bytes, bytes, bool]:
+        f = self._file
+        assert f is not None
+        parts: list[bytes] = []
+        while True:
+            block = f.read(max(f.size or 0, READ_BLOCK))
+            self._bytes_read += len(block)
+            if not block:
+                break
+            parts.append(block)
+        self._close_files()
+        return self._work, b"".join(parts), True
+
+    def on_work_finished(self) -> None:
+        self._close_files()
+
+    def reset_state(self) -> None:
+        self._close_files()
+
+    def _close_files(self) -> None:
+        f, self._file = self._file, None
+        if f is not None:
+            f.close()
+
+    def _has_open_files(self) -> bool:
+        return self._file is not None

@@ -1,0 +1,233 @@
+"""The framer contract shared by the TFRecord, line and fixed-length framers.
+
+A *framer* is a synchronous, event-loop-free object that turns chunks of a file into
+records. Readers read large chunks on worker threads and hand them over; the framer keeps
+whatever partial record a chunk ends with until the next one arrives::
+
+    framer = TFRecordFramer(work_item=path)
+    for chunk in chunks:
+        keys, values = framer.decode(chunk)        # records completed by this chunk
+        while framer.pending:                     # compressed input: bounded pieces
+            more_keys, more_values = framer.decode(b"")
+    keys, values = framer.finish()                # end of input
+
+Contract:
+
+* ``decode(chunk) -> (keys, values)`` returns the integer *keys* and ``bytes`` *values*
+  of every record completed by the input so far (for compressed input: by the next piece of
+  at most ``max_output`` decompressed bytes; :attr:`Framer.pending` then says whether a
+  ``decode(b"")`` would produce more before new input is needed).
+* ``finish() -> (keys, values)`` returns what the end of input completes and checks that
+  the input did not stop in the middle of a record (or of a compressed stream). It drains
+  any pending compressed input first.
+* ``position`` is the stream offset (in the decompressed stream) where the next record
+  starts; ``next_key`` is that record's key. To resume later, a reader seeks an uncompressed
+  file to ``position`` and feeds a fresh framer built with the matching start argument
+  (``TFRecordFramer(start_offset=...)``, ``LineFramer(first_line=..., start_offset=...)``,
+  ``FixedLengthFramer(start_index=...)``). A compressed file cannot be seeked: it is fed again
+  from its first byte and the fresh framer, given the same start argument, inflates and
+  discards everything before ``position``.
+* Errors are :class:`~asyncreader.DataLossError` (and :class:`~asyncreader.OutOfRangeError`
+  for a fixed-length file shorter than its header) carrying ``work_item=``, ``record=`` (the
+  key of the record concerned) and ``offset=``. When records were completed before the error
+  in the same call, the call returns them and the error is raised by the next call. After
+  an error the framer raises that same error from every call (a reader keeps the work item
+  in progress, SPEC §3.3).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import NoReturn, TypeAlias
+
+from .._errors import AsyncReaderError, DataLossError
+from .compression import DEFAULT_MAX_OUTPUT, Decompressor, TFRecordCompressionType
+
+__all__ = ["Chunk", "Framer", "FramerStatistics", "Records"]
+
+#: What a framer accepts: ``bytes`` is used without copying; other buffers are copied once.
+Chunk: TypeAlias = bytes | bytearray | memoryview
+#: ``(keys, values)`` as returned by ``decode`` and ``finish``.
+Records: TypeAlias = tuple[list[int], list[bytes]]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class FramerStatistics:
+    """A snapshot of a framer's progress.
+
+    Attributes:
+        records: Records produced so far.
+        position: Stream offset where the next record starts.
+        buffered: Bytes of a partial record held until more input arrives.
+        input_bytes: Bytes fed so far (compressed bytes for a compressed stream).
+        failed: Whether the framer has hit an error.
+    """
+
+    records: int
+    position: int
+    buffered: int
+    input_bytes: int
+    failed: bool
+
+
+class Framer:
+    """Base class of the framers: decompression, deferred errors and bookkeeping.
+
+    Subclasses implement ``_frame(data, keys, values)`` (append the records completed by
+    ``data``, raising their error through :meth:`_fail`), ``_finish(keys, values)``,
+    ``_buffered()``, ``position`` and ``next_key``.
+    """
+
+    __slots__ = ("_decomp", "_error", "_input_bytes", "_records", "_skip", "work_item")
+
+    def __init__(
+        self,
+        *,
+        compression: TFRecordCompressionType,
+        skip: int,
+        work_item: str | bytes | None,
+        max_output: int = DEFAULT_MAX_OUTPUT,
+    ) -> None:
+        self.work_item = work_item
+        self._decomp = (
+            None
+            if compression is TFRecordCompressionType.NONE
+            else Decompressor(compression, max_output=max_output, work_item=work_item)
+        )
+        # Decompressed bytes to discard before framing (resuming inside a compressed file).
+        self._skip = skip if self._decomp is not None else 0
+        self._error: AsyncReaderError | None = None
+        self._input_bytes = 0
+        self._records = 0
+
+    # -- public verbs -----------------------------------------------------------------
+
+    @property
+    def pending(self) -> bool:
+        """Whether ``decode(b"")`` would produce more output without new input."""
+        return self._decomp is not None and self._error is None and self._decomp.pending
+
+    @property
+    def error(self) -> AsyncReaderError | None:
+        """The error this framer hit (it raises it from every later call), or ``None``."""
+        return self._error
+
+    def decode(self, chunk: Chunk) -> Records:
+        """Feed the next chunk and return the records it completes.
+
+        Args:
+            chunk: The next bytes of the file (compressed bytes for a compressed stream).
+
+        Returns:
+            ``(keys, values)`` of the completed records, in file order.
+
+        Raises:
+            DataLossError: when the data is corrupt (see the concrete framer).
+        """
+        if self._error is not None:
+            raise self._error
+        self._input_bytes += len(chunk)
+        keys: list[int] = []
+        values: list[bytes] = []
+        try:
+            if self._decomp is None:
+                if chunk:
+                    self._frame(chunk if type(chunk) is bytes else bytes(chunk), keys, values)
+            else:
+                self._inflate(chunk, keys, values)
+        except _Deferred:
+            pass
+        self._records += len(keys)
+        return keys, values
+
+    def finish(self) -> Records:
+        """Signal the end of input and return the records it completes.
+
+        Returns:
+            ``(keys, values)`` of the records completed by the end of input.
+
+        Raises:
+            DataLossError: when the input ends inside a record or a compressed stream, or
+                is corrupt.
+        """
+        if self._error is not None:
+            raise self._error
+        keys: list[int] = []
+        values: list[bytes] = []
+        try:
+            if self._decomp is not None:
+                while self._decomp.pending:
+                    self._inflate(b"", keys, values)
+                try:
+                    self._decomp.finish()
+                except DataLossError as exc:
+                    self._fail(self._rebrand(exc), keys)
+            self._finish(keys, values)
+        except _Deferred:
+            pass
+        self._records += len(keys)
+        return keys, values
+
+    def statistics(self) -> FramerStatistics:
+        """Return a snapshot of the framer's progress."""
+        return FramerStatistics(
+            records=self._records,
+            position=self.position,
+            buffered=self._buffered(),
+            input_bytes=self._input_bytes,
+            failed=self._error is not None,
+        )
+
+    @property
+    def position(self) -> int:
+        """Stream offset where the next record starts."""
+        raise NotImplementedError
+
+    @property
+    def next_key(self) -> int:
+        """Key of the next record."""
+        raise NotImplementedError
+
+    # -- helpers for subclasses -------------------------------------------------------
+
+    def _inflate(self, chunk: Chunk, keys: list[int], values: list[bytes]) -> None:
+        assert self._decomp is not None
+        try:
+            data = self._decomp.decompress(chunk)
+        except DataLossError as exc:
+            self._fail(self._rebrand(exc), keys)
+        if self._skip:
+            if len(data) <= self._skip:
+                self._skip -= len(data)
+                return
+            data = data[self._skip :]
+            self._skip = 0
+        if data:
+            self._frame(data, keys, values)
+
+    def _rebrand(self, exc: DataLossError) -> DataLossError:
+        error = DataLossError(
+            exc.message, work_item=self.work_item, record=self.next_key, offset=self.position
+        )
+        error.__cause__ = exc.__cause__ or exc
+        return error
+
+    def _fail(self, error: AsyncReaderError, keys: list[int]) -> NoReturn:
+        """Record ``error``; raise it now unless records were completed before it."""
+        self._error = error
+        if keys:
+            raise _Deferred
+        raise error
+
+    def _frame(self, data: bytes, keys: list[int], values: list[bytes]) -> None:
+        raise NotImplementedError
+
+    def _finish(self, keys: list[int], values: list[bytes]) -> None:
+        raise NotImplementedError
+
+    def _buffered(self) -> int:
+        raise NotImplementedError
+
+
+class _Deferred(Exception):
+    """Stops framing after an error when earlier records must be returned first."""

@@ -1,0 +1,176 @@
+"""Work items as URLs through fsspec: ``memory://`` and ``http://`` from a real nginx."""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import subprocess
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pytest
+from readers_util import tfrecord_bytes, work_queue
+
+import asyncreader as ar
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+fsspec = pytest.importorskip("fsspec", reason="fsspec (asyncreader[remote]) is not installed")
+pytest.importorskip("aiohttp", reason="aiohttp (asyncreader[remote]) is not installed")
+
+pytestmark = pytest.mark.anyio
+
+PAYLOADS = [b"record-%06d-" % i + b"x" * (i % 300) for i in range(20_000)]
+LINES = b"".join(b"line %d\n" % i for i in range(50_000))
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+@pytest.fixture(scope="module")
+def nginx(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
+    """Start nginx on a free local port serving a fresh directory; yield (base URL, log)."""
+    binary = shutil.which("nginx") or (
+        "/usr/sbin/nginx" if Path("/usr/sbin/nginx").exists() else None
+    )
+    if binary is None:
+        pytest.skip("nginx is not installed (Debian package 'nginx'): HTTP tests need it")
+    root = tmp_path_factory.mktemp("nginx")
+    www = root / "www"
+    www.mkdir()
+    (www / "data.tfrecord").write_bytes(tfrecord_bytes(PAYLOADS))
+    (www / "lines.txt").write_bytes(LINES)
+    port = _free_port()
+    log = root / "access.log"
+    conf = root / "nginx.conf"
+    temp = root / "tmp"
+    temp.mkdir()
+    conf.write_text(
+        f"""
+daemon off;
+master_process off;
+pid {root}/nginx.pid;
+error_log {root}/error.log;
+events {{ worker_connections 64; }}
+http {{
+    access_log {log};
+    client_body_temp_path {temp};
+    proxy_temp_path {temp};
+    fastcgi_temp_path {temp};
+    uwsgi_temp_path {temp};
+    scgi_temp_path {temp};
+    server {{
+        listen 127.0.0.1:{port};
+        root {www};
+    }}
+}}
+"""
+    )
+    proc = subprocess.Popen(
+        [binary, "-c", str(conf), "-p", str(root)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.STDOUT,
+    )
+    deadline = time.monotonic() + 10
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+            break
+        except OSError:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                proc.kill()
+                proc.wait()
+                errors = (root / "error.log").read_text(errors="replace")
+                pytest.fail(f"nginx did not start: {errors}")
+            time.sleep(0.02)
+    try:
+        yield f"http://127.0.0.1:{port}", log
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+async def _drain(reader: ar.ReaderBase, q: ar.FIFOQueue) -> list[tuple[bytes, bytes]]:
+    out: list[tuple[bytes, bytes]] = []
+    while True:
+        try:
+            keys, values = await reader.read_up_to(q, 1000)
+        except ar.OutOfRangeError:
+            return out
+        out += zip(keys, values, strict=True)
+
+
+@pytest.mark.both_backends
+async def test_memory_urls_are_read_through_fsspec() -> None:
+    mem = fsspec.filesystem("memory")
+    mem.pipe("/ar-test/a.tfrecord", tfrecord_bytes([b"one", b"two"]))
+    mem.pipe("/ar-test/b.txt", b"x\ny\n")
+    try:
+        async with ar.TFRecordReader() as reader:
+            got = await _drain(reader, await work_queue(["memory://ar-test/a.tfrecord"]))
+        assert got == [
+            (b"memory://ar-test/a.tfrecord:0", b"one"),
+            (b"memory://ar-test/a.tfrecord:19", b"two"),
+        ]
+        async with ar.WholeFileReader() as whole:
+            assert await whole.read(await work_queue(["memory://ar-test/b.txt"])) == (
+                b"memory://ar-test/b.txt",
+                b"x\ny\n",
+            )
+        async with ar.TextLineReader() as text:
+            with pytest.raises(ar.NotFoundError, match="memory://ar-test/missing"):
+                await text.read(await work_queue(["memory://ar-test/missing"]))
+    finally:
+        mem.rm("/ar-test", recursive=True)
+
+
+def test_unknown_scheme_is_a_clear_error() -> None:
+    from asyncreader._io.filesystem import open_work_item
+
+    with pytest.raises(ar.FailedPreconditionError, match="no filesystem for 'nosuchscheme://x'"):
+        open_work_item("nosuchscheme://x")
+
+
+@pytest.mark.network
+async def test_http_tfrecord_and_text_files(nginx: tuple[str, Path]) -> None:
+    base, _ = nginx
+    async with ar.TFRecordReader() as reader:
+        got = await _drain(reader, await work_queue([f"{base}/data.tfrecord"]))
+    assert [v for _, v in got] == PAYLOADS
+    assert got[1][0] == f"{base}/data.tfrecord:{16 + len(PAYLOADS[0])}".encode()
+    async with ar.TextLineReader() as text:
+        lines = await _drain(text, await work_queue([f"{base}/lines.txt"]))
+    assert len(lines) == 50_000
+    assert lines[-1] == (f"{base}/lines.txt:50000".encode(), b"line 49999")
+
+
+@pytest.mark.network
+async def test_http_missing_file_is_not_found(nginx: tuple[str, Path]) -> None:
+    base, _ = nginx
+    async with ar.TFRecordReader() as reader:
+        with pytest.raises(ar.NotFoundError, match=r"nope\.tfrecord"):
+            await reader.read(await work_queue([f"{base}/nope.tfrecord"]))
+
+
+@pytest.mark.network
+@pytest.mark.both_backends
+async def test_http_restore_mid_file_uses_range_reads(nginx: tuple[str, Path]) -> None:
+    base, log = nginx
+    url = f"{base}/data.tfrecord"
+    q = await work_queue([url])
+    async with ar.TFRecordReader() as first:
+        head = [await first.read(q) for _ in range(12_345)]
+        state = first.serialize_state()
+    size_before = log.stat().st_size
+    async with ar.TFRecordReader() as second:
+        second.restore_state(state)
+        rest = await _drain(second, q)
+    assert [v for _, v in head + rest] == PAYLOADS
+    requests = log.read_bytes()[size_before:]
+    assert b'" 206 ' in requests  # partial content: the restore seeked instead of re-reading
