@@ -1,0 +1,448 @@
+"""``decode_csv``: TensorFlow's CSV record decoder, vectorised over a batch of lines.
+
+Two paths give identical results and identical errors:
+
+* The *fast path* handles the common batch: no quote characters (with ``use_quote_delim``),
+  no CR/LF and no empty records, and the same number of fields in every record. The batch is
+  joined once, split once with ``bytes.split``, and each column is converted as a whole
+  (``int`` / ``float`` over the column after a one-pass check of its alphabet, float32
+  halfway cases re-rounded exactly). A column whose text needs the full grammar (hex
+  floats, ``inf``) is converted field by field.
+* The *exact path* splits each record with TensorFlow's field scanner and converts field by
+  field, raising the first error in record order. Whenever the fast path meets anything it
+  does not handle, including any invalid value, the whole batch goes to the exact path, so
+  errors always come from one place.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from .._errors import InvalidArgumentError
+from ._dtypes import STRING, resolve_dtype, tf_name
+from ._numbers import parse_float, parse_int, round_float32_ties
+from ._strings import flatten_strings, to_bytes
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+__all__ = ["decode_csv"]
+
+_OUT_TYPES = {
+    np.dtype(np.float32): "float",
+    np.dtype(np.float64): "double",
+    np.dtype(np.int32): "int32",
+    np.dtype(np.int64): "int64",
+    STRING: "string",
+}
+_QUOTE = 0x22
+_CR = 0x0D
+_LF = 0x0A
+# Characters the whole-column converters may see; anything else takes the per-field route.
+_INT_ALPHABET = b"0123456789+- \t\x0b\x0c"
+_FLOAT_ALPHABET = b"0123456789.eE+- \t\x0b\x0c"
+
+
+class _FieldError(Exception):
+    """A record could not be split; carries TensorFlow's message."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Column:
+    dtype: np.dtype[np.generic]
+    default: object  # None when the field is required
+
+    @property
+    def name(self) -> str:
+        return _OUT_TYPES[self.dtype]
+
+
+def decode_csv(
+    records: object,
+    record_defaults: Sequence[object],
+    field_delim: str | bytes = ",",
+    use_quote_delim: bool = True,
+    na_value: str | bytes = "",
+    select_cols: Sequence[int] | None = None,
+) -> list[np.ndarray]:
+    """Convert CSV records to one numpy array per column, as ``tf.io.decode_csv`` does.
+
+    ``records`` is one line (bytes or str; outputs are 0-d) or a batch: a list / tuple
+    (possibly nested) or numpy array of lines; every output has the batch's shape. Each
+    entry of ``record_defaults`` fixes an output's dtype and what a missing field becomes:
+
+    * a scalar or one-element list / array: the value used when the field is empty or
+      equals ``na_value``. Python ``float`` means float32, ``int`` int32 (int64 when it
+      does not fit), ``str`` / ``bytes`` string; numpy scalars and arrays keep their dtype.
+    * an empty list (float32) or empty array (its dtype), or a dtype itself
+      (``np.int64``): the field is required.
+
+    Output dtypes are float32, float64, int32, int64 and object arrays of ``bytes``.
+
+    Fields are split the TensorFlow way: a field starting with ``"`` (when
+    ``use_quote_delim``) runs to a ``"`` followed by the delimiter or the end, with ``""``
+    standing for one quote; CR and LF at the start of a field are skipped; a trailing
+    delimiter adds an empty last field; an empty record has no fields. Integers allow
+    surrounding whitespace and a sign; floats follow C's ``strtof`` / ``strtod`` (hex, ``inf``,
+    ``nan``). ``select_cols`` keeps only the listed columns and stops scanning a record after
+    the last of them.
+
+    Args:
+        records: The line(s) to decode.
+        record_defaults: One entry per output, as above.
+        field_delim: The one-byte field delimiter.
+        use_quote_delim: Whether ``"`` quotes fields; if False it is an ordinary character.
+        na_value: A field equal to this is treated as missing.
+        select_cols: Increasing column indices to keep, one per ``record_defaults`` entry.
+
+    Returns:
+        One array per ``record_defaults`` entry, each shaped like ``records``.
+
+    Raises:
+        InvalidArgumentError: (always with TensorFlow's text; ``record`` is the flat record
+            index) ``select_cols`` is not strictly increasing, contains negative values or has
+            a different length from ``record_defaults``; ``field_delim`` is not one byte; a
+            default has rank > 1 or more than one value, or a dtype other than the five
+            above; a record has a badly quoted field (``Quote inside a string has to be
+            escaped by another quote``, ``Quoted field has to end with quote followed by
+            delim or end``) or a quote / CR / LF inside an unquoted field (``Unquoted fields
+            cannot have quotes/CRLFs inside``); a record has the wrong number of fields
+            (``Expect <n> fields but have <m> in record <i>``); a required field is missing
+            (``Field <f> is required but missing in record <i>!``); a value does not parse
+            (``Field <f> in record <i> is not a valid <type>: <text>``).
+    """
+    select = _check_select_cols(select_cols, record_defaults)
+    delim = to_bytes(field_delim)
+    if len(delim) != 1:
+        raise InvalidArgumentError("field_delim should be only 1 char")
+    na = to_bytes(na_value)
+    columns = [_column(i, default) for i, default in enumerate(record_defaults)]
+    items, shape = flatten_strings(records)
+    if not items:
+        return [np.empty(shape, dtype=column.dtype) for column in columns]
+    outputs = _fast_path(items, columns, delim, use_quote_delim, na, select)
+    if outputs is None:
+        outputs = _exact_path(items, columns, delim[0], use_quote_delim, na, select)
+    return [output.reshape(shape) for output in outputs]
+
+
+def _check_select_cols(
+    select_cols: Sequence[int] | None, record_defaults: Sequence[object]
+) -> tuple[int, ...] | None:
+    if select_cols is None:
+        return None
+    select = tuple(int(col) for col in select_cols)
+    if any(select[i] >= select[i + 1] for i in range(len(select) - 1)):
+        raise InvalidArgumentError("select_cols is not strictly increasing.")
+    if select and select[0] < 0:
+        raise InvalidArgumentError("select_cols contains negative values.")
+    if len(select) != len(record_defaults):
+        raise InvalidArgumentError("Length of select_cols and record_defaults do not match.")
+    # TensorFlow reads an empty selection as "all columns".
+    return select or None
+
+
+def _column(index: int, default: object) -> _Column:
+    if isinstance(default, (np.dtype, type)):
+        return _Column(_out_dtype(resolve_dtype(default)), None)
+    if isinstance(default, (list, tuple)):
+        if any(isinstance(item, (list, tuple, np.ndarray)) for item in default):
+            raise InvalidArgumentError("Each record default should be at most rank 1")
+        if len(default) > 1:
+            raise InvalidArgumentError(
+                f"There should only be 1 default per field but field {index} has {len(default)}"
+            )
+        if not default:
+            return _Column(np.dtype(np.float32), None)
+        default = default[0]
+    elif isinstance(default, np.ndarray):
+        if default.ndim > 1:
+            raise InvalidArgumentError("Each record default should be at most rank 1")
+        if default.size > 1:
+            raise InvalidArgumentError(
+                f"There should only be 1 default per field but field {index} has {default.size}"
+            )
+        dtype = _out_dtype(default.dtype)
+        if default.size == 0:
+            return _Column(dtype, None)
+        return _Column(dtype, _cast_default(default.reshape(-1)[0], dtype))
+    dtype = _infer_dtype(default)
+    return _Column(dtype, _cast_default(default, dtype))
+
+
+def _infer_dtype(value: object) -> np.dtype[np.generic]:
+    if isinstance(value, (bytes, str, np.bytes_, np.str_)):
+        return STRING
+    if isinstance(value, np.generic):  # before the Python types: np.float64 is a float
+        return _out_dtype(value.dtype)
+    if isinstance(value, (bool, np.bool_)):
+        return _out_dtype(np.dtype(np.bool_))
+    if isinstance(value, int):
+        return np.dtype(np.int32 if -(2**31) <= value < 2**31 else np.int64)
+    if isinstance(value, float):
+        return np.dtype(np.float32)
+    raise InvalidArgumentError(f"cannot use {value!r} as a record default")
+
+
+def _out_dtype(dtype: np.dtype[np.generic]) -> np.dtype[np.generic]:
+    if dtype.kind in "SUO":
+        return STRING
+    dtype = dtype.newbyteorder("=")
+    if dtype not in _OUT_TYPES:
+        raise InvalidArgumentError(
+            f"Value for attr 'OUT_TYPE' of {tf_name(dtype)} is not in the list of allowed "
+            "values: float, double, int32, int64, string"
+        )
+    return dtype
+
+
+def _cast_default(value: object, dtype: np.dtype[np.generic]) -> object:
+    if dtype == STRING:
+        return to_bytes(value)
+    return dtype.type(value)
+
+
+# --- exact path ------------------------------------------------------------------------
+
+
+def _split_record(
+    record: bytes, delim: int, use_quote: bool, select: tuple[int, ...] | None
+) -> list[bytes]:
+    """TensorFlow's field scanner (``ExtractFields``), with ``bytes.find`` for speed."""
+    fields: list[bytes] = []
+    size = len(record)
+    if size == 0:
+        return fields
+    delim_bytes = bytes((delim,))
+    index = 0
+    parsed = 0
+    selected = 0
+    while index < size:
+        char = record[index]
+        if char in (_LF, _CR):
+            index += 1
+            continue
+        include = select is None or select[selected] == parsed
+        if use_quote and char == _QUOTE:
+            index += 1
+            parts: list[bytes] = []
+            while True:
+                quote = record.find(b'"', index)
+                if quote == -1 or quote >= size - 1:
+                    # No quote pair before the last byte: the field must end at the end.
+                    if quote != size - 1:
+                        raise _FieldError(
+                            "Quoted field has to end with quote followed by delim or end"
+                        )
+                    parts.append(record[index:quote])
+                    index = size + 1
+                    break
+                parts.append(record[index:quote])
+                follower = record[quote + 1]
+                if follower == delim:
+                    index = quote + 2
+                    break
+                if follower != _QUOTE:
+                    raise _FieldError("Quote inside a string has to be escaped by another quote")
+                parts.append(b'"')
+                index = quote + 2
+                if index >= size:
+                    raise _FieldError("Quoted field has to end with quote followed by delim or end")
+            field = b"".join(parts)
+        else:
+            end = record.find(delim_bytes, index)
+            if end == -1:
+                end = size
+            field = record[index:end]
+            if (use_quote and b'"' in field) or b"\n" in field or b"\r" in field:
+                raise _FieldError("Unquoted fields cannot have quotes/CRLFs inside")
+            index = end + 1
+        parsed += 1
+        if include:
+            fields.append(field)
+            selected += 1
+            if select is not None and selected == len(select):
+                return fields
+    include = select is None or select[selected] == parsed
+    if include and record[-1] == delim:
+        fields.append(b"")
+    return fields
+
+
+def _exact_path(
+    items: Sequence[bytes],
+    columns: list[_Column],
+    delim: int,
+    use_quote: bool,
+    na: bytes,
+    select: tuple[int, ...] | None,
+) -> list[np.ndarray]:
+    count = len(columns)
+    values: list[list[object]] = [[] for _ in columns]
+    for i, record in enumerate(items):
+        try:
+            fields = _split_record(record, delim, use_quote, select)
+        except _FieldError as exc:
+            raise InvalidArgumentError(str(exc), record=i) from None
+        if len(fields) != count:
+            raise InvalidArgumentError(
+                f"Expect {count} fields but have {len(fields)} in record {i}"
+            )
+        for f, (field, column) in enumerate(zip(fields, columns, strict=True)):
+            values[f].append(_convert(field, column, f, i, na))
+    return [
+        _to_array(column_values, column.dtype)
+        for column_values, column in zip(values, columns, strict=True)
+    ]
+
+
+def _convert(field: bytes, column: _Column, f: int, i: int, na: bytes) -> object:
+    if not field or field == na:
+        if column.default is None:
+            raise InvalidArgumentError(f"Field {f} is required but missing in record {i}!")
+        return column.default
+    value = _parse(field, column.dtype)
+    if value is None:
+        text = field.decode("utf-8", "backslashreplace")
+        raise InvalidArgumentError(f"Field {f} in record {i} is not a valid {column.name}: {text}")
+    return value
+
+
+def _parse(field: bytes, dtype: np.dtype[np.generic]) -> object:
+    kind = dtype.kind
+    if kind == "O":
+        return field
+    if kind == "i":
+        return parse_int(field, dtype.itemsize * 8)
+    return parse_float(field, dtype.itemsize == 4)
+
+
+def _to_array(values: list[object], dtype: np.dtype[np.generic]) -> np.ndarray:
+    if dtype == STRING:
+        array = np.empty(len(values), dtype=object)
+        array[:] = values
+        return array
+    with np.errstate(over="ignore"):
+        return np.array(values, dtype=dtype)
+
+
+# --- fast path -------------------------------------------------------------------------
+
+
+def _fast_path(
+    items: Sequence[bytes],
+    columns: list[_Column],
+    delim: bytes,
+    use_quote: bool,
+    na: bytes,
+    select: tuple[int, ...] | None,
+) -> list[np.ndarray] | None:
+    """Decode a batch without per-record work, or return None to use the exact path."""
+    count = len(items)
+    if not columns or delim in b'"\r\n':
+        return None
+    joined = b"\n".join(items)
+    if (
+        (use_quote and b'"' in joined)
+        or b"\r" in joined
+        or joined.count(b"\n") != count - 1
+        or not joined
+        or joined[:1] == b"\n"
+        or joined[-1:] == b"\n"
+        or b"\n\n" in joined
+    ):
+        return None  # quotes, CR/LF inside a record, or an empty record
+    width = _uniform_width(joined, delim, count)
+    if width is None:
+        return None
+    wanted = select if select is not None else tuple(range(len(columns)))
+    if (select is None and width != len(columns)) or wanted[-1] >= width:
+        return None
+    flat = joined.replace(b"\n", delim).split(delim)
+    outputs: list[np.ndarray] = []
+    for column, source in zip(columns, wanted, strict=True):
+        output = _convert_column(flat[source::width], column, na)
+        if output is None:
+            return None
+        outputs.append(output)
+    return outputs
+
+
+def _uniform_width(joined: bytes, delim: bytes, count: int) -> int | None:
+    """The number of fields per record if every record has the same, else None."""
+    total = joined.count(delim)
+    if total % count:
+        return None
+    if count > 1 and total:
+        chars = np.frombuffer(joined, dtype=np.uint8)
+        # Delimiters before each record boundary, by binary search (cheaper than a cumsum).
+        delims = np.flatnonzero(chars == delim[0])
+        boundaries = np.flatnonzero(chars == _LF)
+        before = np.searchsorted(delims, boundaries)
+        per_record = np.diff(before, prepend=0, append=total)
+        if (per_record != per_record[0]).any():
+            return None
+    return total // count + 1
+
+
+def _convert_column(values: list[bytes], column: _Column, na: bytes) -> np.ndarray | None:
+    count = len(values)
+    missing = np.zeros(count, dtype=bool)
+    if b"" in values:
+        missing = np.fromiter(map(len, values), dtype=np.intp, count=count) == 0
+    if na and na in values:
+        missing |= np.array(values, dtype=object) == na
+    any_missing = bool(missing.any())
+    if any_missing and column.default is None:
+        return None
+    dtype = column.dtype
+    if dtype == STRING:
+        output = np.empty(count, dtype=object)
+        output[:] = values
+    else:
+        if any_missing:
+            present = np.array(values, dtype=object)
+            present[missing] = b"0"
+            values = present.tolist()
+        output_or_none = _convert_numbers(values, dtype)
+        if output_or_none is None:
+            return None
+        output = output_or_none
+    if any_missing:
+        output[missing] = column.default
+    return output
+
+
+def _convert_numbers(values: list[bytes], dtype: np.dtype[np.generic]) -> np.ndarray | None:
+    is_int = dtype.kind == "i"
+    sample = b"".join(values)
+    alphabet = _INT_ALPHABET if is_int else _FLOAT_ALPHABET
+    if sample.translate(None, alphabet):
+        return _convert_fieldwise(values, dtype)
+    try:
+        if is_int:
+            numbers = np.fromiter(map(int, values), dtype=np.int64, count=len(values))
+            if dtype.itemsize == 4:
+                if (numbers < -(2**31)).any() or (numbers >= 2**31).any():
+                    return None
+                return numbers.astype(np.int32)
+            return numbers
+        doubles = np.fromiter(map(float, values), dtype=np.float64, count=len(values))
+    except (ValueError, OverflowError):
+        return _convert_fieldwise(values, dtype)
+    if dtype.itemsize == 8:
+        return doubles
+    singles, halfway = round_float32_ties(doubles)
+    for index in halfway.tolist():
+        singles[index] = parse_float(values[index], True)
+    return singles
+
+
+def _convert_fieldwise(values: list[bytes], dtype: np.dtype[np.generic]) -> np.ndarray | None:
+    parsed = [_parse(value, dtype) for value in values]
+    if any(value is None for value in parsed):
+        return None
+    return _to_array(parsed, dtype)

@@ -1,0 +1,183 @@
+"""``decode_raw``: reinterpret the bytes of records as numbers, for a whole batch at once."""
+
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+
+from .._errors import InvalidArgumentError
+from ._dtypes import resolve_dtype, tf_name
+from ._strings import flatten_strings
+
+__all__ = ["decode_raw"]
+
+_RAW_TYPES = frozenset(
+    np.dtype(t)
+    for t in (
+        np.float16,
+        np.float32,
+        np.float64,
+        np.int32,
+        np.uint16,
+        np.uint8,
+        np.int16,
+        np.int8,
+        np.int64,
+        np.complex64,
+        np.complex128,
+        np.bool_,
+    )
+)
+# DecodePaddedRaw takes fewer types than DecodeRaw: no bool and no complex.
+_PADDED_TYPES = _RAW_TYPES - {np.dtype(np.complex64), np.dtype(np.complex128), np.dtype(np.bool_)}
+_RAW_ALLOWED = (
+    "half, float, double, int32, uint16, uint8, int16, int8, int64, complex64, complex128, "
+    "bool, bfloat16"
+)
+_PADDED_ALLOWED = "half, float, double, int32, uint16, uint8, int16, int8, int64, bfloat16"
+_HOST_LITTLE = sys.byteorder == "little"
+
+
+def decode_raw(
+    data: object,
+    out_type: object,
+    little_endian: bool = True,
+    fixed_length: int | None = None,
+) -> np.ndarray:
+    """Reinterpret the bytes of each string as a vector of ``out_type`` numbers.
+
+    Mirrors ``tf.io.decode_raw``. ``data`` is one bytes value (the result is 1-D) or a batch:
+    a list / tuple (possibly nested) or numpy array of bytes, giving shape
+    ``data.shape + [length // itemsize]``. A numpy ``S`` array is read from its fixed-width
+    storage, ``itemsize`` bytes per element, NUL padding included. ``str`` values are UTF-8
+    encoded first.
+
+    A batch is decoded without a per-record Python loop: the records are joined into one
+    ``bytearray`` and reinterpreted with one ``np.frombuffer``. The result is therefore a
+    fresh, writable array that shares memory with nothing the caller holds.
+
+    ``little_endian`` gives the byte order of the input; numbers are returned in native order
+    (complex numbers have their real and imaginary parts swapped separately). ``bool`` output
+    is normalised so that any non-zero byte is ``True``.
+
+    Args:
+        data: The bytes to decode, one value or a batch.
+        out_type: ``half``/``float16``, ``float``/``float32``, ``double``/``float64``,
+            ``int8``, ``int16``, ``int32``, ``int64``, ``uint8``, ``uint16``, ``bool``,
+            ``complex64`` or ``complex128``, as a TensorFlow name, numpy dtype or type.
+        little_endian: Whether the input is little-endian.
+        fixed_length: If given, every string is first truncated or zero-padded on the right
+            to this many bytes (``tf.io.decode_raw``'s ``fixed_length``); strings may then
+            have different lengths. Not available for ``bool`` and complex types.
+
+    Returns:
+        A native-order array of ``out_type``, shape ``batch_shape + [n]``.
+
+    Raises:
+        InvalidArgumentError: ``out_type`` is not one of the types above; the strings have
+            different lengths (``DecodeRaw requires input strings to all be the same size,
+            but element <i> has size <first> != <this>``); a length is not a multiple of
+            the item size (``Input to DecodeRaw has length <n> that is not a multiple of
+            <size>, the size of <type>``); ``fixed_length`` is not positive or not a
+            multiple of the item size; ``data`` is not bytes or a batch of bytes.
+    """
+    dtype = resolve_dtype(out_type)
+    if fixed_length is not None:
+        return _decode_padded(data, dtype, little_endian, fixed_length)
+    if dtype not in _RAW_TYPES:
+        raise InvalidArgumentError(
+            f"Value for attr 'out_type' of {tf_name(dtype)} is not in the list of allowed "
+            f"values: {_RAW_ALLOWED}"
+        )
+    itemsize = dtype.itemsize
+    if isinstance(data, np.ndarray) and data.dtype.kind == "S":
+        # Fixed-width storage: every element has exactly ``itemsize`` bytes.
+        shape = tuple(int(dim) for dim in data.shape)
+        width = data.dtype.itemsize
+        buffer = bytearray(np.ascontiguousarray(data).tobytes())
+    else:
+        items, shape = flatten_strings(data)
+        count = len(items)
+        if count == 0:
+            return np.zeros((*shape, 0), dtype=dtype)
+        width = len(items[0])
+        if count > 1:
+            lengths = np.fromiter(map(len, items), dtype=np.intp, count=count)
+            mismatched = np.flatnonzero(lengths != width)
+            if mismatched.size:
+                index = int(mismatched[0])
+                raise InvalidArgumentError(
+                    "DecodeRaw requires input strings to all be the same size, but element "
+                    f"{index} has size {width} != {int(lengths[index])}"
+                )
+        # bytearray.join gives a buffer nobody else holds, so the result is writable.
+        buffer = bytearray().join(items) if count > 1 else bytearray(items[0])
+    if width % itemsize:
+        raise InvalidArgumentError(
+            f"Input to DecodeRaw has length {width} that is not a multiple of {itemsize}, "
+            f"the size of {tf_name(dtype)}"
+        )
+    return _finish(buffer, dtype, little_endian, (*shape, width // itemsize))
+
+
+def _decode_padded(
+    data: object, dtype: np.dtype[np.generic], little_endian: bool, fixed_length: int
+) -> np.ndarray:
+    if dtype not in _PADDED_TYPES:
+        raise InvalidArgumentError(
+            f"Value for attr 'out_type' of {tf_name(dtype)} is not in the list of allowed "
+            f"values: {_PADDED_ALLOWED}"
+        )
+    fixed_length = int(fixed_length)
+    if fixed_length <= 0:
+        raise InvalidArgumentError(f"fixed_length ({fixed_length}) must be greater than zero.")
+    if fixed_length % dtype.itemsize:
+        raise InvalidArgumentError(
+            f"fixed_length ({fixed_length}) must be a multiple of the size of out_type "
+            f"({dtype.itemsize})"
+        )
+    items, shape = flatten_strings(data)
+    count = len(items)
+    out_shape = (*shape, fixed_length // dtype.itemsize)
+    if count == 0:
+        return np.zeros(out_shape, dtype=dtype)
+    lengths = np.fromiter(map(len, items), dtype=np.intp, count=count)
+    joined = bytearray().join(items)
+    if (lengths == fixed_length).all():
+        return _finish(joined, dtype, little_endian, out_shape)
+    if (lengths == lengths[0]).all():
+        # One length for all: truncate or pad every row with one strided copy.
+        width = int(lengths[0])
+        rows = np.frombuffer(joined, dtype=np.uint8).reshape(count, width)
+        matrix = np.zeros((count, fixed_length), dtype=np.uint8)
+        prefix = min(width, fixed_length)
+        matrix[:, :prefix] = rows[:, :prefix]
+        return _finish(matrix, dtype, little_endian, out_shape)
+    # Truncate / zero-pad every row at once: scatter the kept prefix of each string into a
+    # zeroed (count, fixed_length) byte matrix. Padding happens before any byte swap, so a
+    # short string never reads past its end.
+    source = np.frombuffer(joined, dtype=np.uint8)
+    starts = np.cumsum(lengths) - lengths
+    kept = np.minimum(lengths, fixed_length)
+    columns = np.arange(fixed_length)
+    mask = columns[None, :] < kept[:, None]
+    matrix = np.zeros((count, fixed_length), dtype=np.uint8)
+    matrix[mask] = source[(starts[:, None] + columns[None, :])[mask]]
+    return _finish(matrix, dtype, little_endian, out_shape)
+
+
+def _finish(
+    buffer: bytearray | np.ndarray,
+    dtype: np.dtype[np.generic],
+    little_endian: bool,
+    shape: tuple[int, ...],
+) -> np.ndarray:
+    if dtype.kind == "b":
+        # Any non-zero byte is true; numpy must never hold a bool byte other than 0 or 1.
+        return np.frombuffer(buffer, dtype=np.uint8).astype(np.bool_).reshape(shape)
+    array = np.frombuffer(buffer, dtype=dtype)
+    if little_endian != _HOST_LITTLE and dtype.itemsize > 1:
+        # numpy swaps complex numbers part by part, as TensorFlow does.
+        array.byteswap(inplace=True)
+    return array.reshape(shape)
