@@ -1,0 +1,304 @@
+"""Reader speed: each reader against plain 4 MiB file reads of the same bytes (and tf.data).
+
+Run: ``python benchmarks/readers.py [--scale 1.0] [--dir DIR] [--big]``
+
+The script writes its own data files (into ``--dir``, default a temporary directory), reads
+each once to warm the page cache, then times, best of three wall-clock runs:
+
+* ``raw``: ``open(path, "rb", buffering=0)`` and ``read(4 MiB)`` until the end, the
+  reference: the reader's MB/s divided by this is the "vs raw" column;
+* each reader draining one file through ``read_up_to(queue, 1024)`` (and ``read()`` once),
+  on asyncio;
+* ``tf.data.TFRecordDataset(...).batch(1024)`` over the same file, when TensorFlow imports
+  (run the script with a Python that has it, e.g. ``/work/tfvenv/bin/python``).
+
+Bars: TFRecord 100 KiB records >= 60% of raw; TFRecord 100-byte records (2M) batched
+>= 1.0x tf.data (GZIP too); text lines >= 5M lines/s; FixedLength 3,073-byte records
+>= 50% of raw; ``read()`` < 5 us per record in steady state. ``--big`` instead streams a
+2 GB TFRecord file in a child process and reports its peak RSS (bar: < 200 MB).
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import gzip
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+import zlib
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import anyio
+
+import asyncreader as ar
+from asyncreader._records.tfrecord import frame_record
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterator
+
+RAW_BLOCK = 4 << 20
+
+
+def tfrecord_file(path: Path, payload_size: int, count: int, compression: str = "") -> None:
+    """Write ``count`` records of ``payload_size`` bytes (varied content)."""
+    base = os.urandom(payload_size + 256)
+    header, _, _ = frame_record(base[:payload_size])
+    parts: list[bytes] = []
+    for i in range(count):
+        payload = base[i % 256 : i % 256 + payload_size]
+        parts += frame_record(payload)
+    data = b"".join(parts)
+    del header
+    if compression == "ZLIB":
+        data = zlib.compress(data, 6)
+    elif compression == "GZIP":
+        data = gzip.compress(data, 6)
+    path.write_bytes(data)
+
+
+def text_file(path: Path, lines: int) -> None:
+    chunk = b"".join(b"%08d,some,csv,like,text,%d\n" % (i, i * 7) for i in range(100_000))
+    reps = max(1, lines // 100_000)
+    path.write_bytes(chunk * reps)
+
+
+def raw_read(path: Path) -> int:
+    total = 0
+    with open(path, "rb", buffering=0) as f:
+        while True:
+            block = f.read(RAW_BLOCK)
+            if not block:
+                return total
+            total += len(block)
+
+
+def best_of(fn: Callable[[], Any], repeat: int = 3) -> tuple[float, Any]:
+    best = float("inf")
+    out = None
+    for _ in range(repeat):
+        start = time.perf_counter()
+        out = fn()
+        best = min(best, time.perf_counter() - start)
+    return best, out
+
+
+async def _drain_up_to(make: Callable[[], ar.ReaderBase], path: Path, n: int) -> int:
+    q = ar.FIFOQueue(None)
+    await q.enqueue(str(path))
+    await q.close()
+    count = 0
+    async with make() as reader:
+        while True:
+            try:
+                keys, _ = await reader.read_up_to(q, n)
+            except ar.OutOfRangeError:
+                return count
+            count += len(keys)
+
+
+async def _drain_read(make: Callable[[], ar.ReaderBase], path: Path) -> int:
+    q = ar.FIFOQueue(None)
+    await q.enqueue(str(path))
+    await q.close()
+    count = 0
+    async with make() as reader:
+        read = reader.read
+        while True:
+            try:
+                await read(q)
+            except ar.OutOfRangeError:
+                return count
+            count += 1
+
+
+def reader_run(make: Callable[[], ar.ReaderBase], path: Path, n: int | None) -> Callable[[], int]:
+    if n is None:
+        return lambda: anyio.run(_drain_read, make, path)
+    return lambda: anyio.run(_drain_up_to, make, path, n)
+
+
+def tf_data_run(path: Path, compression: str) -> Callable[[], int] | None:
+    try:
+        os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+        import tensorflow as tf
+    except ImportError:
+        return None
+
+    def run() -> int:
+        ds = tf.data.TFRecordDataset(str(path), compression_type=compression).batch(1024)
+        return sum(int(batch.shape[0]) for batch in ds)
+
+    return run
+
+
+class Table:
+    def __init__(self) -> None:
+        self.rows: list[tuple[str, str, str, str, str, str]] = []
+
+    def add(self, case: str, how: str, seconds: float, records: int, size: int, ratio: str) -> None:
+        self.rows.append(
+            (
+                case,
+                how,
+                f"{records / seconds / 1e6:.2f}",
+                f"{size / seconds / 1e6:.0f}",
+                f"{seconds / max(records, 1) * 1e6:.3f}",
+                ratio,
+            )
+        )
+
+    def print(self) -> None:
+        head = ("case", "method", "M rec/s", "MB/s", "us/rec", "ratio")
+        widths = [max(len(r[i]) for r in [*self.rows, head]) for i in range(6)]
+        line = "| " + " | ".join(h.ljust(w) for h, w in zip(head, widths, strict=True)) + " |"
+        print(line)
+        print("|" + "|".join("-" * (w + 2) for w in widths) + "|")
+        for row in self.rows:
+            cells = [
+                c.ljust(w) if i < 2 else c.rjust(w)
+                for i, (c, w) in enumerate(zip(row, widths, strict=True))
+            ]
+            print("| " + " | ".join(cells) + " |")
+
+
+def run_all(tmp: Path, scale: float) -> None:
+    table = Table()
+    verdicts: list[str] = []
+
+    def raw(path: Path) -> float:
+        raw_read(path)  # warm the page cache
+        seconds, _ = best_of(lambda: raw_read(path))
+        return seconds
+
+    def case(
+        name: str,
+        path: Path,
+        make: Callable[[], ar.ReaderBase],
+        n: int | None,
+        raw_seconds: float,
+        decompressed: int,
+    ) -> tuple[float, int]:
+        seconds, records = best_of(reader_run(make, path, n))
+        how = "read()" if n is None else f"read_up_to({n})"
+        table.add(name, how, seconds, records, decompressed, f"{raw_seconds / seconds:.2f}x raw")
+        return seconds, records
+
+    # TFRecord, 100 KiB records.
+    big = tmp / "big.tfrecord"
+    tfrecord_file(big, 100 << 10, int(2000 * scale))
+    size = big.stat().st_size
+    raw_s = raw(big)
+    table.add("tfrecord 100KiB", "raw 4MiB reads", raw_s, int(2000 * scale), size, "1.00x raw")
+    s, _ = case("tfrecord 100KiB", big, ar.TFRecordReader, 1024, raw_s, size)
+    verdicts.append(f"tfrecord 100KiB vs raw: {raw_s / s:.2f} (bar 0.60)")
+
+    # TFRecord, 100-byte records, uncompressed and GZIP, against tf.data.
+    count = int(2_000_000 * scale)
+    for comp in ("", "GZIP"):
+        small = tmp / f"small{comp}.tfrecord"
+        tfrecord_file(small, 100, count, comp)
+        decompressed = count * 116
+        raw_s = raw(small)
+        label = f"tfrecord 100B {comp or 'none'}"
+        if not comp:  # a compressed file's raw read says nothing about its records
+            table.add(label, "raw 4MiB reads", raw_s, count, decompressed, "1.00x raw")
+        make = functools.partial(ar.TFRecordReader, comp)
+        s, _ = case(label, small, make, 1024, raw_s, decompressed)
+        if not comp:
+            s1, n1 = case(label, small, ar.TFRecordReader, None, raw_s, decompressed)
+            verdicts.append(f"read() steady state: {s1 / n1 * 1e6:.2f} us/record (bar 5)")
+        tf_run = tf_data_run(small, comp)
+        if tf_run is not None:
+            tf_run()
+            tf_s, tf_n = best_of(tf_run)
+            table.add(
+                label, "tf.data batch(1024)", tf_s, tf_n, decompressed, f"{tf_s / s:.2f}x ours"
+            )
+            verdicts.append(f"{label} vs tf.data: {tf_s / s:.2f}x (bar 1.0)")
+        else:
+            verdicts.append(f"{label}: TensorFlow not importable, no tf.data reference")
+
+    # Text lines.
+    text = tmp / "lines.txt"
+    text_file(text, int(5_000_000 * scale))
+    size = text.stat().st_size
+    raw_s = raw(text)
+    lines = size and text.read_bytes().count(b"\n")
+    table.add("text lines", "raw 4MiB reads", raw_s, lines, size, "1.00x raw")
+    s, n = case("text lines", text, ar.TextLineReader, 1024, raw_s, size)
+    verdicts.append(f"text lines: {n / s / 1e6:.2f} M lines/s (bar 5)")
+
+    # Fixed-length records, CIFAR-10 sized.
+    fixed = tmp / "fixed.bin"
+    records = int(60_000 * scale)
+    fixed.write_bytes(os.urandom(3073 * 1000) * (records // 1000))
+    size = fixed.stat().st_size
+    raw_s = raw(fixed)
+    table.add("fixed 3073B", "raw 4MiB reads", raw_s, records, size, "1.00x raw")
+    s, _ = case("fixed 3073B", fixed, lambda: ar.FixedLengthRecordReader(3073), 1024, raw_s, size)
+    verdicts.append(f"fixed 3073B vs raw: {raw_s / s:.2f} (bar 0.50)")
+
+    table.print()
+    print()
+    for verdict in verdicts:
+        print("-", verdict)
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(f"- peak RSS of this run: {peak:.0f} MB")
+
+
+def _big_child(path: str) -> None:
+    async def main() -> int:
+        return await _drain_up_to(ar.TFRecordReader, Path(path), 1024)
+
+    start = time.perf_counter()
+    n = anyio.run(main)
+    seconds = time.perf_counter() - start
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(f"{n} records, {os.path.getsize(path) / seconds / 1e6:.0f} MB/s, peak RSS {peak:.0f} MB")
+
+
+def run_big(tmp: Path) -> None:
+    path = tmp / "huge.tfrecord"
+    record = b"".join(frame_record(os.urandom(10_000)))
+    with open(path, "wb") as f:
+        block = record * 1000
+        for _ in range((2 << 30) // len(block)):
+            f.write(block)
+    print(f"streaming {path.stat().st_size / 1e9:.2f} GB in a child process:")
+    subprocess.run([sys.executable, __file__, "--big-child", str(path)], check=True)
+
+
+def _tmpdir(given: str | None) -> Iterator[Path]:
+    if given:
+        Path(given).mkdir(parents=True, exist_ok=True)
+        yield Path(given)
+        return
+    with tempfile.TemporaryDirectory(prefix="asyncreader-bench-") as tmp:
+        yield Path(tmp)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--scale", type=float, default=1.0, help="data size factor")
+    parser.add_argument("--dir", help="where to write the data (default: a temporary dir)")
+    parser.add_argument("--big", action="store_true", help="stream a 2 GB file, report RSS")
+    parser.add_argument("--big-child", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.big_child:
+        _big_child(args.big_child)
+        return
+    print(f"Python {sys.version.split()[0]}, asyncreader readers, asyncio")
+    for tmp in _tmpdir(args.dir):
+        if args.big:
+            run_big(tmp)
+        else:
+            run_all(tmp, args.scale)
+
+
+if __name__ == "__main__":
+    main()
