@@ -10,30 +10,116 @@ Everything public is importable from here: ``import asyncreader as ar``.
 
 from __future__ import annotations
 
+import contextlib
+
 from . import errors as errors
+
+# --- decoders ---
+from ._decoders.csv import decode_csv as decode_csv
+from ._decoders.example import (
+    Example as Example,
+)
+from ._decoders.example import (
+    Feature as Feature,
+)
+from ._decoders.example import (
+    Features as Features,
+)
+from ._decoders.example import (
+    FixedLenFeature as FixedLenFeature,
+)
+from ._decoders.example import (
+    SparseTensorValue as SparseTensorValue,
+)
+from ._decoders.example import (
+    VarLenFeature as VarLenFeature,
+)
+from ._decoders.example import (
+    parse_example as parse_example,
+)
+from ._decoders.example import (
+    parse_single_example as parse_single_example,
+)
+from ._decoders.raw import decode_raw as decode_raw
 from ._errors import (
     AlreadyExistsError as AlreadyExistsError,
+)
+from ._errors import (
     AsyncReaderError as AsyncReaderError,
+)
+from ._errors import (
     DataLossError as DataLossError,
+)
+from ._errors import (
     FailedPreconditionError as FailedPreconditionError,
+)
+from ._errors import (
     InvalidArgumentError as InvalidArgumentError,
+)
+from ._errors import (
     NotFoundError as NotFoundError,
+)
+from ._errors import (
     OutOfRangeError as OutOfRangeError,
+)
+from ._errors import (
     QueueClosedError as QueueClosedError,
+)
+from ._errors import (
     ResourceExhaustedError as ResourceExhaustedError,
 )
 from ._io.executor import set_io_threads as set_io_threads
-from ._runtime.resources import ResourceMgr as ResourceMgr
 
-# --- runtime ---
-from ._runtime.coordinator import Coordinator as Coordinator
-from ._runtime.queue_runner import QueueRunner as QueueRunner
-from ._runtime.session import Session as Session
+# --- pipeline ---
+from ._pipeline.batching import (
+    Batcher as Batcher,
+)
+from ._pipeline.batching import (
+    batch as batch,
+)
+from ._pipeline.batching import (
+    batch_join as batch_join,
+)
+from ._pipeline.batching import (
+    maybe_batch as maybe_batch,
+)
+from ._pipeline.batching import (
+    maybe_batch_join as maybe_batch_join,
+)
+from ._pipeline.batching import (
+    maybe_shuffle_batch as maybe_shuffle_batch,
+)
+from ._pipeline.batching import (
+    maybe_shuffle_batch_join as maybe_shuffle_batch_join,
+)
+from ._pipeline.batching import (
+    shuffle_batch as shuffle_batch,
+)
+from ._pipeline.batching import (
+    shuffle_batch_join as shuffle_batch_join,
+)
+from ._pipeline.producers import (
+    input_producer as input_producer,
+)
+from ._pipeline.producers import (
+    limit_epochs as limit_epochs,
+)
+from ._pipeline.producers import (
+    range_input_producer as range_input_producer,
+)
+from ._pipeline.producers import (
+    slice_input_producer as slice_input_producer,
+)
+from ._pipeline.producers import (
+    string_input_producer as string_input_producer,
+)
+
 # --- queues ---
 from ._queues.fifo import FIFOQueue as FIFOQueue
 from ._queues.padding import PaddingFIFOQueue as PaddingFIFOQueue
 from ._queues.priority import PriorityQueue as PriorityQueue
 from ._queues.random_shuffle import RandomShuffleQueue as RandomShuffleQueue
+
 # --- readers ---
 from ._readers.base import ReaderBase as ReaderBase
 from ._readers.fixed_length import FixedLengthRecordReader as FixedLengthRecordReader
@@ -41,42 +127,91 @@ from ._readers.identity import IdentityReader as IdentityReader
 from ._readers.text_line import TextLineReader as TextLineReader
 from ._readers.tfrecord import TFRecordReader as TFRecordReader
 from ._readers.whole_file import WholeFileReader as WholeFileReader
+
 # --- records ---
 from ._records.compression import TFRecordCompressionType as TFRecordCompressionType
 from ._records.iterator import (
     async_tf_record_iterator as async_tf_record_iterator,
+)
+from ._records.iterator import (
     tf_record_iterator as tf_record_iterator,
 )
 from ._records.writer import TFRecordWriter as TFRecordWriter
-# --- decoders ---
-from ._decoders.csv import decode_csv as decode_csv
-from ._decoders.example import (
-    Example as Example,
-    Feature as Feature,
-    Features as Features,
-    FixedLenFeature as FixedLenFeature,
-    SparseTensorValue as SparseTensorValue,
-    VarLenFeature as VarLenFeature,
-    parse_example as parse_example,
-    parse_single_example as parse_single_example,
-)
-from ._decoders.raw import decode_raw as decode_raw
-# --- pipeline ---
-from ._pipeline.batching import (
-    Batcher as Batcher,
-    batch as batch,
-    batch_join as batch_join,
-    maybe_batch as maybe_batch,
-    maybe_batch_join as maybe_batch_join,
-    maybe_shuffle_batch as maybe_shuffle_batch,
-    maybe_shuffle_batch_join as maybe_shuffle_batch_join,
-    shuffle_batch as shuffle_batch,
-    shuffle_batch_join as shuffle_batch_join,
-)
-from ._pipeline.producers import (
-    input_producer as input_producer,
-    limit_epochs as limit_epochs,
-    range_input_producer as range_input_producer,
-    slice_input_producer as slice_input_producer,
-    string_input_producer as string_input_producer,
-)
+
+# --- runtime ---
+from ._runtime.coordinator import Coordinator as Coordinator
+from ._runtime.queue_runner import QueueRunner as QueueRunner
+from ._runtime.resources import ResourceMgr as ResourceMgr
+from ._runtime.session import Session as Session
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "errors",
+    "AlreadyExistsError",
+    "async_tf_record_iterator",
+    "AsyncReaderError",
+    "batch",
+    "batch_join",
+    "Batcher",
+    "Coordinator",
+    "DataLossError",
+    "decode_csv",
+    "decode_raw",
+    "Example",
+    "FailedPreconditionError",
+    "Feature",
+    "Features",
+    "FIFOQueue",
+    "FixedLenFeature",
+    "FixedLengthRecordReader",
+    "IdentityReader",
+    "input_producer",
+    "InvalidArgumentError",
+    "limit_epochs",
+    "maybe_batch",
+    "maybe_batch_join",
+    "maybe_shuffle_batch",
+    "maybe_shuffle_batch_join",
+    "NotFoundError",
+    "OutOfRangeError",
+    "PaddingFIFOQueue",
+    "parse_example",
+    "parse_single_example",
+    "PriorityQueue",
+    "QueueClosedError",
+    "QueueRunner",
+    "RandomShuffleQueue",
+    "range_input_producer",
+    "ReaderBase",
+    "ResourceExhaustedError",
+    "ResourceMgr",
+    "Session",
+    "set_io_threads",
+    "shuffle_batch",
+    "shuffle_batch_join",
+    "slice_input_producer",
+    "SparseTensorValue",
+    "string_input_producer",
+    "TextLineReader",
+    "tf_record_iterator",
+    "TFRecordCompressionType",
+    "TFRecordReader",
+    "TFRecordWriter",
+    "VarLenFeature",
+    "WholeFileReader",
+]
+
+
+def _fix_module_names() -> None:
+    """Show public objects as ``asyncreader.X`` in reprs, tracebacks and pickles."""
+    for name in __all__:
+        obj = globals()[name]
+        module = getattr(obj, "__module__", "")
+        if module.startswith("asyncreader._"):
+            with contextlib.suppress(AttributeError, TypeError):  # e.g. typing aliases
+                obj.__module__ = __name__
+
+
+_fix_module_names()
+del _fix_module_names

@@ -27,8 +27,10 @@ from __future__ import annotations
 
 import contextlib
 import zlib
-from collections.abc import Iterator
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
 
 __all__ = [
     "AlreadyExistsError",
@@ -44,10 +46,20 @@ __all__ = [
 ]
 
 
-def _display(item: str | bytes) -> str:
+def _text(item: str | bytes) -> str:
     if isinstance(item, bytes):
-        return repr(item.decode("utf-8", "backslashreplace"))
-    return repr(item)
+        return item.decode("utf-8", "backslashreplace")
+    return item
+
+
+def _display(item: str | bytes) -> str:
+    return repr(_text(item))
+
+
+def _os_error_target(exc: OSError, work_item: str | bytes | None) -> str:
+    """The file an OSError concerns: its own filename, else the work item."""
+    target = exc.filename if exc.filename is not None else work_item
+    return "" if target is None else _text(target)
 
 
 class AsyncReaderError(Exception):
@@ -196,14 +208,14 @@ def map_io_errors(
         raise
     except (FileNotFoundError, IsADirectoryError, NotADirectoryError) as exc:
         raise NotFoundError(
-            f"{exc.strerror or type(exc).__name__}: {exc.filename or work_item}",
+            f"{exc.strerror or type(exc).__name__}: {_os_error_target(exc, work_item)}",
             work_item=work_item,
             record=record,
             offset=offset,
         ) from exc
     except PermissionError as exc:
         raise FailedPreconditionError(
-            f"permission denied: {exc.filename or work_item}",
+            f"permission denied: {_os_error_target(exc, work_item)}",
             work_item=work_item,
             record=record,
             offset=offset,

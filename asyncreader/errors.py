@@ -7,13 +7,29 @@ from __future__ import annotations
 
 from ._errors import (
     AlreadyExistsError as AlreadyExistsError,
+)
+from ._errors import (
     AsyncReaderError as AsyncReaderError,
+)
+from ._errors import (
     DataLossError as DataLossError,
+)
+from ._errors import (
     FailedPreconditionError as FailedPreconditionError,
+)
+from ._errors import (
     InvalidArgumentError as InvalidArgumentError,
+)
+from ._errors import (
     NotFoundError as NotFoundError,
+)
+from ._errors import (
     OutOfRangeError as OutOfRangeError,
+)
+from ._errors import (
     QueueClosedError as QueueClosedError,
+)
+from ._errors import (
     ResourceExhaustedError as ResourceExhaustedError,
 )
 

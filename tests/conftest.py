@@ -7,9 +7,12 @@ stress tests (marked ``stress``), which are skipped otherwise.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 import pytest
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

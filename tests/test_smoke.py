@@ -1,9 +1,9 @@
 from __future__ import annotations
 
-import anyio
 import pytest
 
 import asyncreader as ar
+from asyncreader._io.executor import run_io
 
 pytestmark = pytest.mark.anyio
 
@@ -13,9 +13,8 @@ async def test_io_executor_runs_blocking_work_off_the_loop() -> None:
     import threading
 
     loop_thread = threading.get_ident()
-    worker = await ar._io.executor.run_io(threading.get_ident)
+    worker = await run_io(threading.get_ident)
     assert worker != loop_thread
-    await anyio.sleep(0)
 
 
 def test_errors_name_the_work_item() -> None:
