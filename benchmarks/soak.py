@@ -34,6 +34,7 @@ import anyio
 import numpy as np
 
 import asyncreader as ar
+from asyncreader._io.filesystem import READ_BLOCK
 
 RECORD_BYTES = 3073
 IMAGE_SHAPE = (32, 32, 3)
@@ -70,15 +71,18 @@ def rss_bytes() -> int:
 
 
 def queue_bound_bytes(capacity: int, readers: int) -> int:
-    """Example bytes the pipeline can hold at once: the shuffle queue, a batch being
-    dequeued, and one chunk per reader task (raw and decoded)."""
+    """Bytes the pipeline's buffers can hold at once: the shuffle queue and a batch being
+    dequeued, and per reader task its read-ahead (one read block, raw and framed into
+    records) and one decoded chunk."""
     example = RECORD_BYTES - 1 + 4  # uint8 image + int32 label
-    return (capacity + BATCH) * example + readers * CHUNK * (RECORD_BYTES + example)
+    per_reader = 2 * READ_BLOCK + CHUNK * (RECORD_BYTES + example)
+    return (capacity + BATCH) * example + readers * per_reader
 
 
 async def soak(files: list[str], seconds: float, readers: int, capacity: int) -> dict[str, Any]:
     samples: list[tuple[float, int, int]] = []
     consumed = 0
+    baseline = rss_bytes()
     async with ar.Session() as sess:
         filename_queue = ar.string_input_producer(files, seed=0)
 
@@ -117,7 +121,13 @@ async def soak(files: list[str], seconds: float, readers: int, capacity: int) ->
                 next_sample += 1.0
         elapsed = time.perf_counter() - start
         sess.coord.request_stop()
-    return {"samples": samples, "consumed": consumed, "elapsed": elapsed, "checksum": checksum}
+    return {
+        "samples": samples,
+        "consumed": consumed,
+        "elapsed": elapsed,
+        "checksum": checksum,
+        "baseline": baseline,
+    }
 
 
 def report(result: dict[str, Any], bound: int, data_bytes: int) -> bool:
@@ -140,7 +150,10 @@ def report(result: dict[str, Any], bound: int, data_bytes: int) -> bool:
         f"- streamed {result['consumed']:,} examples ({gb:.1f} GB of records, dataset "
         f"{data_bytes / 1e9:.1f} GB) in {elapsed:.0f} s: {rate:,.0f} examples/s"
     )
-    print(f"- example bytes the queue capacities allow: {bound / 2**20:.0f} MB")
+    print(
+        f"- RSS before the pipeline started: {result['baseline'] / 2**20:.0f} MB; "
+        f"buffers the queue capacities and readers allow: {bound / 2**20:.0f} MB"
+    )
     if len(steady) < 3:
         print(f"- too short to judge flatness (warm-up is {warm:.0f} s); run longer")
         return True
