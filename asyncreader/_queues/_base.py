@@ -276,6 +276,18 @@ class QueueBase(SharedResource):
             total_dequeued=self._total_out,
         )
 
+    def _blocked(self) -> tuple[int, int]:
+        """Return how many enqueue-side and dequeue-side attempts are blocked right now.
+
+        Unlike ``statistics()``, attempts already woken (about to run) are not counted,
+        so a snapshot taken between a wakeup and its task running shows no false stall.
+        O(waiters): for diagnostics, never the hot path.
+        """
+        return (
+            sum(1 for w in self._enqueuers if not w.woken),
+            sum(1 for w in self._dequeuers if not w.woken),
+        )
+
     def __repr__(self) -> str:
         cap = "unbounded" if self._cap == _UNBOUNDED else str(self._cap)
         return (
@@ -511,6 +523,9 @@ class QueueBase(SharedResource):
         if w.taken:
             taken, w.taken = w.taken, []
             self._put_back(taken)
+            # Put back while others refilled the queue, it may exceed its former peak.
+            if len(self._buf) > self._peak:
+                self._peak = len(self._buf)
         self._notify()
 
     # -- close -------------------------------------------------------------------------------

@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import weakref
 from contextvars import ContextVar
 from dataclasses import dataclass
 from types import TracebackType
@@ -61,10 +62,13 @@ from .._errors import (
     OutOfRangeError,
     QueueClosedError,
 )
-from . import context
+from . import context, stages
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Iterable, Iterator
+
+    from .queue_runner import QueueRunner
+    from .stages import StageStatistics
 
 __all__ = ["Coordinator", "CoordinatorStatistics"]
 
@@ -215,6 +219,9 @@ class Coordinator:
         self._token: Any = None
         self._cancelling = False
         self._generation = 0
+        # Runners started in this coordinator, in start order, for stage_statistics();
+        # weak, so a coordinator reused for many blocks keeps no finished runner alive.
+        self._runners: weakref.WeakValueDictionary[int, QueueRunner] = weakref.WeakValueDictionary()
 
     # -- the block -----------------------------------------------------------------------
 
@@ -495,6 +502,25 @@ class Coordinator:
             exception=self._exception,
             joined=self._joined,
         )
+
+    def _add_runner(self, runner: QueueRunner) -> None:
+        """Remember ``runner`` (started in this coordinator) for :meth:`stage_statistics`."""
+        if runner not in self._runners.values():
+            self._runners[next(_task_ids)] = runner
+
+    def stage_statistics(self) -> tuple[StageStatistics, ...]:
+        """Return where the tasks of the pipeline run by this coordinator are blocked.
+
+        One record per :class:`~asyncreader.QueueRunner` started in the coordinator (still
+        alive), each followed by its queue: whether the runner's tasks are blocked on a
+        full queue, and whether consumers are blocked on an empty one. A
+        :class:`~asyncreader.Session` also knows the readers and the other queues; see
+        :meth:`Session.stage_statistics <asyncreader.Session.stage_statistics>`.
+
+        Returns:
+            The records, in the order the runners were started.
+        """
+        return tuple(stages.collect((), list(self._runners.values())))
 
     def __repr__(self) -> str:
         names = [task.name for task in self._tasks.values()]

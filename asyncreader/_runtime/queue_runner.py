@@ -213,6 +213,7 @@ class QueueRunner:
         self._exceptions.clear()
         self._closed_queue = False
         self._live = len(self._enqueue_ops)
+        coord._add_runner(self)
         for op, name in zip(self._enqueue_ops, names, strict=True):
             coord.start_soon(self._run, coord, op, name=name)
         return [*names, watcher]

@@ -35,13 +35,15 @@ import anyio
 import anyio.lowlevel
 
 from .._errors import FailedPreconditionError
-from . import context
+from . import context, stages
 from .coordinator import Coordinator, CoordinatorStatistics
 from .resources import ResourceMgr
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Iterable
     from types import TracebackType
+
+    from .stages import StageStatistics
 
 __all__ = ["Session", "SessionStatistics"]
 
@@ -293,6 +295,26 @@ class Session:
             calls_running=len(self._runs),
             coordinator=self.coord.statistics(),
         )
+
+    def stage_statistics(self) -> tuple[StageStatistics, ...]:
+        """Return, for every stage the session knows, whether tasks are blocked on it.
+
+        Lists the queues and readers built in the session (still alive, in creation order)
+        and then every :class:`~asyncreader.QueueRunner` started in its coordinator,
+        followed by the runner's queue when the session did not build it. A queue reports
+        which side is blocked: consumers on an empty queue (``state == "starved"``: look
+        upstream) or producers on a full one (``"full"``: look downstream). A reader
+        reports whether its reads wait for work or are reading. See
+        :class:`~asyncreader._runtime.stages.StageStatistics`.
+
+        Returns:
+            One :class:`StageStatistics` per stage.
+        """
+        resources = [
+            held() if isinstance(held, weakref.ref) else held for held in self._tracked.values()
+        ]
+        runners = list(self.coord._runners.values())
+        return tuple(stages.collect([r for r in resources if r is not None], runners))
 
     def __repr__(self) -> str:
         state = "closed" if self._closed else ("running" if self._entered else "idle")

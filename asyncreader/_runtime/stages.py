@@ -1,0 +1,157 @@
+"""Which stage of a pipeline is stalled: :class:`StageStatistics`.
+
+A pipeline is a chain of queues with tasks between them: a producer's runner fills a work
+queue, readers take work from it, decode tasks fill a batch queue, consumers drain it. When
+batches stop coming, the question is *where* the tasks are waiting. A queue answers it by
+side: consumers blocked on an **empty** queue (``"starved"``) mean the stages upstream are
+too slow or finished; producers blocked on a **full** queue (``"full"``) mean the stages
+downstream are. A reader is either waiting for a work item (its work queue is starved) or
+reading one (waiting on the I/O executor or its hooks). A runner's tasks are either
+blocked on its full queue or busy upstream.
+
+:meth:`Session.stage_statistics <asyncreader.Session.stage_statistics>` lists every queue
+and reader built in the session and every runner started in its coordinator;
+:meth:`Coordinator.stage_statistics <asyncreader.Coordinator.stage_statistics>` lists the
+runners started in it and their queues. Building the list walks the waiters of each queue,
+so it costs O(tasks) and is meant for diagnostics, not for the hot path.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+
+    from .queue_runner import QueueRunner
+
+__all__ = ["StageKind", "StageState", "StageStatistics", "collect"]
+
+#: What a stage is.
+StageKind = Literal["queue", "reader", "runner"]
+
+#: Where a stage's tasks are. Queues: ``"idle"`` (nobody blocked), ``"starved"``
+#: (consumers blocked on an empty queue, or one at ``min_after_dequeue``), ``"full"``
+#: (producers blocked on a full queue), ``"deadlocked"`` (both sides blocked, e.g. a
+#: ``dequeue_many`` larger than a PriorityQueue's capacity), ``"closed"`` (closed, nobody
+#: blocked). Readers: ``"idle"``, ``"waiting_for_work"`` (a read is waiting for its work
+#: queue), ``"reading"`` (a read is in a work item: on the I/O executor or in a hook),
+#: ``"closed"`` (a read still opening the item it just took, in ``on_work_started``, counts
+#: as waiting for work). Runners: ``"idle"`` (no task running), ``"running"`` (tasks busy
+#: producing), ``"full"`` (tasks blocked on the runner's full queue).
+StageState = Literal[
+    "idle", "starved", "full", "deadlocked", "closed", "waiting_for_work", "reading", "running"
+]
+
+
+@dataclass(frozen=True, slots=True)
+class StageStatistics:
+    """A snapshot of one pipeline stage: whether tasks are blocked on it, and on which side.
+
+    Attributes:
+        kind: ``"queue"``, ``"reader"`` or ``"runner"``.
+        name: The stage's name (a queue's or reader's ``name``; a runner's queue name).
+        state: Where its tasks are; see :data:`StageState`.
+        tasks_blocked_enqueue: Tasks blocked putting elements in: a queue's blocked
+            enqueues (it is full); for a runner, those of its tasks among them.
+        tasks_blocked_dequeue: Tasks blocked taking elements out: a queue's blocked
+            dequeues (it is empty); for a reader, reads waiting for a work item.
+        tasks_busy: Tasks working rather than waiting on a queue: a reader's reads in a
+            work item; a runner's running tasks not blocked on its queue.
+        statistics: The stage's own ``statistics()`` record (``QueueStatistics``,
+            ``ReaderStatistics`` or ``QueueRunnerStatistics``).
+    """
+
+    kind: StageKind
+    name: str
+    state: StageState
+    tasks_blocked_enqueue: int
+    tasks_blocked_dequeue: int
+    tasks_busy: int
+    statistics: Any
+
+    @property
+    def blocked(self) -> bool:
+        """Whether any task is blocked on this stage's queue (either side)."""
+        return bool(self.tasks_blocked_enqueue or self.tasks_blocked_dequeue)
+
+
+def _queue_stage(queue: Any) -> StageStatistics:
+    stats = queue.statistics()
+    enq, deq = queue._blocked()
+    state: StageState
+    if enq and deq:
+        state = "deadlocked"
+    elif enq:
+        state = "full"
+    elif deq:
+        state = "starved"
+    else:
+        state = "closed" if stats.closed else "idle"
+    return StageStatistics("queue", queue.name, state, enq, deq, 0, stats)
+
+
+def _reader_stage(reader: Any) -> StageStatistics:
+    stats = reader.statistics()
+    # Reads that went past the buffered fast path, each in a cancel scope of the reader
+    # (waiting for its lock or running). Without a work item they wait for the work queue.
+    active = len(getattr(reader, "_scopes", ()))
+    waiting_work = active if stats.current_work is None else 0
+    busy = active - waiting_work
+    state: StageState
+    if stats.closed:
+        state = "closed"
+    elif waiting_work:
+        state = "waiting_for_work"
+    elif busy:
+        state = "reading"
+    else:
+        state = "idle"
+    return StageStatistics("reader", reader.name, state, 0, waiting_work, busy, stats)
+
+
+def _runner_stage(runner: QueueRunner) -> StageStatistics:
+    stats = runner.statistics()
+    blocked_on = getattr(runner.queue, "_blocked", None)
+    on_queue = min(blocked_on()[0], stats.tasks_running) if blocked_on is not None else 0
+    state: StageState
+    if not stats.tasks_running:
+        state = "idle"
+    elif on_queue:
+        state = "full"
+    else:
+        state = "running"
+    return StageStatistics(
+        "runner", stats.name, state, on_queue, 0, stats.tasks_running - on_queue, stats
+    )
+
+
+def collect(resources: Iterable[object], runners: Iterable[QueueRunner]) -> list[StageStatistics]:
+    """Return one record per queue or reader in ``resources`` and per runner, in order.
+
+    A runner's queue is listed after the runner when ``resources`` did not list it.
+    Objects that are neither queues nor readers are skipped.
+    """
+    from .._queues._base import QueueBase
+    from .._readers.base import ReaderBase
+
+    out: list[StageStatistics] = []
+    seen: set[int] = set()
+    for resource in resources:
+        if id(resource) in seen:
+            continue
+        if isinstance(resource, QueueBase):
+            out.append(_queue_stage(resource))
+        elif isinstance(resource, ReaderBase):
+            out.append(_reader_stage(resource))
+        else:
+            continue
+        seen.add(id(resource))
+    for runner in runners:
+        out.append(_runner_stage(runner))
+        queue = runner.queue
+        if id(queue) not in seen and isinstance(queue, QueueBase):
+            seen.add(id(queue))
+            out.append(_queue_stage(queue))
+    return out
