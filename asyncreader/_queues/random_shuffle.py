@@ -10,6 +10,8 @@ import numpy as np
 
 from .._errors import InvalidArgumentError
 from ._base import QueueBase, as_int
+from ._elements import TypedCodec
+from ._slab import SlabCodec
 from .fifo import _make_codec
 
 __all__ = ["RandomShuffleQueue"]
@@ -32,6 +34,12 @@ class RandomShuffleQueue(QueueBase):
     Seeds: with an integer ``seed`` the order is the same on every run that performs the
     same sequence of operations; with ``None`` it differs per run. The order cannot match
     TensorFlow's, which draws from its Philox generator with a derived seed pair.
+
+    Memory: typed elements with declared shapes are copied into per-component arrays (a
+    *slab*, grown by doubling) and dequeued out of them, as TensorFlow stores them, so the
+    queue holds only its elements' bytes. Storing rows of the enqueued chunks instead would
+    keep each chunk alive until its last row is drawn, which in random order takes long:
+    several times the queue's own size. Without shapes, rows are kept as in FIFOQueue.
 
     Ordering of blocked callers, progressive batches, closing and cancellation behave as in
     :class:`~asyncreader.FIFOQueue`, including its fairness note: an operation that can
@@ -78,7 +86,10 @@ class RandomShuffleQueue(QueueBase):
         # shared_name / container are consumed by SharedResourceMeta before __init__ runs;
         # they are declared here so the signature shows (and type-checks) them.
         del shared_name, container
-        super().__init__(capacity, _make_codec(dtypes, shapes, names), name)
+        codec = _make_codec(dtypes, shapes, names)
+        if isinstance(codec, TypedCodec) and codec.shapes is not None:
+            codec = SlabCodec(codec)
+        super().__init__(capacity, codec, name)
         mad = as_int(min_after_dequeue)
         if mad is None:
             raise InvalidArgumentError(
@@ -105,9 +116,21 @@ class RandomShuffleQueue(QueueBase):
         self._random = rng.random
         self._batch_rng = np.random.default_rng(rng.getrandbits(64))
         self._buf = []
-        self._push = self._buf.append
-        self._push_list = self._buf.extend
         self._pop = self._random_pop
+        if isinstance(codec, SlabCodec):
+            # enqueue_many's elements become slots of the slab as they are inserted (a
+            # pending enqueue holds none), freed when a dequeue copies them out.
+            keep_row, store_many, append, extend = (
+                codec.keep_row,
+                codec.store_many,
+                self._buf.append,
+                self._buf.extend,
+            )
+            self._push = lambda row: append(keep_row(row))
+            self._push_list = lambda rows: extend(store_many(rows))
+        else:
+            self._push = self._buf.append
+            self._push_list = self._buf.extend
 
     @property
     def min_after_dequeue(self) -> int:

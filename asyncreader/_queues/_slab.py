@@ -1,0 +1,151 @@
+"""Slab storage: a RandomShuffleQueue's typed elements in per-component arrays.
+
+Rows of enqueued chunks (see :mod:`._elements`) suit FIFO storage, where a chunk's rows
+leave together and in order. Drawn in random order they do not: a chunk stays alive until
+its last row is drawn, and with ``min_after_dequeue`` elements mixing that keeps several
+times the queue's own size of chunks in memory. A slab holds each stored element once, in
+one row of a preallocated array per component (TensorFlow's layout), so memory follows
+the number of elements stored, and a batch comes out with one fancy index per component
+wherever its elements came from.
+
+An element from ``enqueue_many`` is stored as a *slot* (an int): taken from the free list
+when the element is inserted into the queue, returned to it when a dequeue copies the
+element out. An element from a single ``enqueue`` keeps its one-row chunk (a row), which
+pins nothing else and costs no copy; the two kinds mix freely.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+import numpy as np
+
+from ._elements import Row, TypedCodec
+
+__all__ = ["SlabCodec"]
+
+#: Rows allocated the first time: small, so an idle queue with a large capacity costs
+#: little; the slab doubles as elements arrive.
+_INITIAL_ROWS: Final = 64
+
+
+class SlabCodec(TypedCodec):
+    """A :class:`TypedCodec` whose stored elements are slots of a growable slab.
+
+    Encoding checks and converts exactly as :class:`TypedCodec`; :meth:`store_one` /
+    :meth:`store_many` then copy rows into the slab, and :meth:`decode_one` /
+    :meth:`decode_many` copy slots out and free them.
+    """
+
+    __slots__ = ("_cols", "_free", "_objects", "_rows")
+
+    def __init__(self, codec: TypedCodec) -> None:
+        # Adopt the validated description rather than parsing it again.
+        for attr in TypedCodec.__slots__:
+            setattr(self, attr, getattr(codec, attr))
+        shapes = self.shapes
+        assert shapes is not None
+        fixed: list[tuple[int, ...]] = [tuple(d or 0 for d in shape) for shape in shapes]
+        self._cols: list[np.ndarray[Any, Any]] = [
+            np.empty((0, *shape), dtype=dtype)
+            for dtype, shape in zip(self.dtypes, fixed, strict=True)
+        ]
+        self._free: list[int] = []
+        # Object components hold references: cleared on free so nothing outlives its slot.
+        self._objects = [i for i, dtype in enumerate(self.dtypes) if dtype.kind == "O"]
+        # Rows (not slots) stored or held by dequeuers: while 0, a batch is all slots.
+        self._rows = 0
+
+    @property
+    def allocated(self) -> int:
+        """Rows the slab has room for (stored plus free)."""
+        return len(self._cols[0])
+
+    def _grow(self, need: int) -> None:
+        old = self.allocated
+        new = max(2 * old, old + need, _INITIAL_ROWS)
+        cols = []
+        for col in self._cols:
+            grown = np.empty((new, *col.shape[1:]), dtype=col.dtype)
+            grown[:old] = col
+            cols.append(grown)
+        self._cols = cols
+        # Lowest slots at the end: they are handed out first, keeping the slab dense.
+        self._free[:0] = range(new - 1, old - 1, -1)
+
+    def keep_row(self, row: Row) -> Row:
+        """Store one element from ``enqueue`` as its own row (see the module docstring)."""
+        self._rows += 1
+        return row
+
+    def store_many(self, rows: list[Row]) -> list[int]:
+        """Copy encoded elements into free slots and return the slots, in order.
+
+        ``rows`` come from one ``enqueue_many`` (:meth:`encode_many`): consecutive rows of
+        one chunk, so each component is copied with one assignment.
+        """
+        k = len(rows)
+        if not k:
+            return []
+        if len(self._free) < k:
+            self._grow(k - len(self._free))
+        slots = self._free[-k:]
+        del self._free[-k:]
+        slots.reverse()
+        chunk, first = rows[0]
+        idx = np.array(slots, dtype=np.intp)
+        for col, src in zip(self._cols, chunk, strict=True):
+            col[idx] = src[first : first + k]
+        return slots
+
+    def decode_one(self, row: Any) -> Any:
+        """Return the element stored as ``row``; a slot is copied out and freed."""
+        if type(row) is not int:
+            self._rows -= 1
+            return super().decode_one(row)
+        slot = row
+        # A scalar component comes out as a fresh numpy scalar (or the stored object); a
+        # larger one is a view of the slot, which will be reused, so it is copied.
+        values = [col[slot] if col.ndim == 1 else col[slot].copy() for col in self._cols]
+        for j in self._objects:
+            self._cols[j][slot] = None
+        self._free.append(slot)
+        return self._structure(values)
+
+    def decode_many(self, rows: list[Any]) -> Any:
+        """Stack the elements stored as ``rows`` into batch arrays, freeing their slots."""
+        if not rows:
+            return super().decode_many([])
+        if self._rows:
+            is_slot = [type(r) is int for r in rows]
+            n_slots = sum(is_slot)
+            if n_slots < len(rows):
+                self._rows -= len(rows) - n_slots
+                if not n_slots:
+                    return super().decode_many(rows)
+                return self._decode_mixed(rows, is_slot)
+        slots: list[int] = rows
+        idx = np.array(slots, dtype=np.intp)
+        values = [col[idx] for col in self._cols]
+        self._release(idx, slots)
+        return self._structure(values)
+
+    def _decode_mixed(self, rows: list[Any], is_slot: list[bool]) -> Any:
+        k = len(rows)
+        values = [np.empty((k, *col.shape[1:]), dtype=col.dtype) for col in self._cols]
+        pos = np.flatnonzero(is_slot)
+        slots = [rows[p] for p in pos]
+        idx = np.array(slots, dtype=np.intp)
+        for out, col in zip(values, self._cols, strict=True):
+            out[pos] = col[idx]
+        for p in np.flatnonzero(np.logical_not(is_slot)).tolist():
+            chunk, i = rows[p]
+            for out, src in zip(values, chunk, strict=True):
+                out[p] = src[i]
+        self._release(idx, slots)
+        return self._structure(values)
+
+    def _release(self, idx: np.ndarray[Any, Any], slots: list[int]) -> None:
+        for j in self._objects:
+            self._cols[j][idx] = None
+        self._free += slots
