@@ -8,14 +8,16 @@ limiter bounds how many run at once across all readers of an event loop. It live
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import TypeVar, TypeVarTuple, Unpack
+from typing import TYPE_CHECKING, TypeVar, TypeVarTuple, Unpack
 
 import anyio
 import anyio.to_thread
 from anyio.lowlevel import RunVar
 
 from .._errors import InvalidArgumentError
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 __all__ = ["get_io_limiter", "io_threads", "run_io", "set_io_threads"]
 
@@ -68,7 +70,7 @@ def get_io_limiter() -> anyio.CapacityLimiter:
         return limiter
 
 
-async def run_io(func: Callable[[Unpack[Ts]], T], *args: Unpack[Ts]) -> T:
+async def run_io(func: Callable[[Unpack[Ts]], T], *args: *Ts) -> T:
     """Run blocking ``func(*args)`` on the shared I/O executor and return its result.
 
     Cancellation waits for the running call to return (it is never abandoned), so the

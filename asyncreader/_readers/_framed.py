@@ -10,6 +10,9 @@ chunk were already delivered; restoring reopens the file, seeks to the point (an
 uncompressed file) or inflates it again from the start and discards the bytes before it (a
 compressed file: the cost is decompressing the file up to the point once), then skips the
 delivered records.
+
+Keys: one precomputed ``%`` format per work item; consecutive keys (line numbers, record
+indices) are built a thousand at a time by :func:`~asyncreader._readers.base.range_keys`.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from typing import TYPE_CHECKING, ClassVar
 
 from .._errors import AsyncReaderError, InvalidArgumentError
 from .._io.filesystem import READ_BLOCK, open_work_item
-from .base import Chunk, ReaderBase, bulk_keys
+from .base import Chunk, ReaderBase, bulk_keys, key_format, range_keys
 
 if TYPE_CHECKING:
     from .._io.filesystem import RandomAccessFile
@@ -36,12 +39,15 @@ class FramedReader(ReaderBase):
     _chunked: ClassVar[bool] = True
     #: Key of a file's first record.
     _first_key: ClassVar[int] = 0
+    #: Whether a chunk's keys are consecutive integers (line numbers, record indices).
+    _consecutive_keys: ClassVar[bool] = False
 
     def __init__(self, name: str | None = None) -> None:
         super().__init__(name)
         self._file: RandomAccessFile | None = None
         self._framer: Framer | None = None
         self._prefix = b""
+        self._key_format = b"%d"
         self._restart = (0, self._first_key)
         self._restart_skip = 0
         self._skip_pending = 0
@@ -72,6 +78,7 @@ class FramedReader(ReaderBase):
         self._close_files()
         self._file = open_work_item(work)
         self._prefix = work + b":"
+        self._key_format = key_format(self._prefix)
         self._framer = self._new_framer(work, 0, self._first_key)
         self._skip_pending = 0
 
@@ -128,7 +135,6 @@ class FramedReader(ReaderBase):
         f = self._file
         assert framer is not None
         assert f is not None
-        prefix = self._prefix
         while True:
             if framer.error is not None:
                 # A failed framer repeats its error: the work item stays in progress.
@@ -162,4 +168,9 @@ class FramedReader(ReaderBase):
                 del ints[:dropped], values[:dropped]
                 self._skip_pending = skip - dropped
             if ints or at_end:
-                return bulk_keys(prefix, ints), values, at_end
+                return self._keys_of(ints), values, at_end
+
+    def _keys_of(self, ints: list[int]) -> list[bytes]:
+        if self._consecutive_keys and len(ints) > 1:
+            return range_keys(self._prefix, ints[0], ints[-1] + 1, fmt=self._key_format)
+        return bulk_keys(self._prefix, ints, fmt=self._key_format)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ClassVar
 
 from .._errors import InvalidArgumentError, OutOfRangeError
 from .._records.compression import TFRecordCompressionType, parse_compression_type
@@ -40,6 +40,8 @@ class FixedLengthRecordReader(FramedReader):
         InvalidArgumentError: ``<name> must be >= 0 not <v>`` for a negative size, or
             ``record_bytes must be > 0 not 0``.
     """
+
+    _consecutive_keys: ClassVar[bool] = True
 
     def __init__(
         self,

@@ -30,6 +30,7 @@ class TextLineReader(FramedReader):
     """
 
     _first_key: ClassVar[int] = 1
+    _consecutive_keys: ClassVar[bool] = True
 
     def __init__(self, skip_header_lines: int = 0, name: str | None = None) -> None:
         if isinstance(skip_header_lines, bool) or not isinstance(skip_header_lines, int):

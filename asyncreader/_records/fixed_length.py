@@ -14,7 +14,9 @@ A file shorter than its header yields :class:`~asyncreader.OutOfRangeError` from
 error names the file). ``len(D) == H`` yields no records.
 
 Speed: all records a chunk completes are sliced by one strided numpy ``tolist()`` (about
-50 ns per 100-byte record, against about 125 ns for a loop of ``bytes`` slices).
+50 ns per 100-byte record, against about 125 ns for a loop of ``bytes`` slices; for
+3,073-byte records about 270 ns, against 370 ns). A chunk is framed where it lies: only
+the records straddling two chunks are joined.
 
 See :mod:`asyncreader._records._framer` for the chunk contract.
 """
@@ -136,8 +138,24 @@ class FixedLengthFramer(Framer):
         return len(self._buf)
 
     def _frame(self, data: bytes, keys: list[int], values: list[bytes]) -> None:
-        buf = self._buf + data if self._buf else data
+        carried = self._buf
+        if not carried:
+            self._frame_buf(data, self._buf_start, keys, values)
+            return
+        # The carried bytes start at the next record. Join them with only as much of
+        # ``data`` as the records starting in them need, then frame ``data`` in place: a
+        # chunk is never copied whole.
         base = self._buf_start
+        starts = -(-len(carried) // self._P)
+        need = (starts - 1) * self._P + self._R + self._F - len(carried)
+        if need >= len(data):
+            self._frame_buf(carried + data, base, keys, values)
+            return
+        self._frame_buf(carried + data[:need], base, keys, values)
+        self._frame_buf(data, base + len(carried), keys, values)
+
+    def _frame_buf(self, buf: bytes, base: int, keys: list[int], values: list[bytes]) -> None:
+        """Frame ``buf``, the stream from offset ``base`` on, which reaches the next record."""
         end = base + len(buf)
         self._total = end
         R, P, nxt = self._R, self._P, self._next

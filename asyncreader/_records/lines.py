@@ -82,23 +82,24 @@ class LineFramer(Framer):
         return self._partial_len
 
     def _frame(self, data: bytes, keys: list[int], values: list[bytes]) -> None:
-        cut = data.rfind(b"\n")
-        if cut < 0:
+        # One split of the whole chunk; its last piece is the unterminated rest. Cutting the
+        # chunk first would copy it.
+        lines = data.split(b"\n")
+        rest = lines.pop()
+        if not lines:
             # A list, so a long line fed in many chunks is joined once.
             self._partial.append(data)
             self._partial_len += len(data)
             return
+        self._pos += self._partial_len + len(data) - len(rest)
         if self._partial:
-            self._partial.append(data[:cut])
-            block = b"".join(self._partial)
-        else:
-            block = data[:cut]
-        rest = data[cut + 1 :]
+            self._partial.append(lines[0])
+            lines[0] = b"".join(self._partial)
         self._partial = [rest] if rest else []
         self._partial_len = len(rest)
-        self._pos += len(block) + 1
-        lines = block.split(b"\n")
-        if b"\r" in block:
+        # A line ends in "\r" only if the chunk holds one, or the first line, joined with
+        # the carried part, ends in it.
+        if b"\r" in data or lines[0][-1:] == b"\r":
             lines = [line[:-1] if line[-1:] == b"\r" else line for line in lines]
         self._emit(lines, keys, values)
 

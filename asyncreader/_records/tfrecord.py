@@ -36,7 +36,7 @@ from typing import Final
 import numpy as np
 
 from .._errors import DataLossError, InvalidArgumentError
-from .._io.crc import crc32c
+from .._io.crc import crc32c, crc32c_bytes
 from ._framer import Framer
 from .compression import DEFAULT_MAX_OUTPUT, TFRecordCompressionType, parse_compression_type
 
@@ -202,7 +202,7 @@ class TFRecordFramer(Framer):
         n = len(buf)
         verify = self._verify
         unpack_header = _HEADER.unpack_from
-        crc = crc32c
+        crc = crc32c_bytes
         last_len, last_crc = self._last_hdr
         known = self._known
         starts: list[int] = []
@@ -291,11 +291,11 @@ class TFRecordFramer(Framer):
         if count < _MIN_BLOCK:
             unpack_u32 = _U32LE.unpack_from
             for i, (payload, end) in enumerate(zip(payloads, ends, strict=True)):
-                c = crc32c(payload)
+                c = crc32c_bytes(payload)
                 if (((c >> 15) | (c << 17)) + _DELTA) & _U32 != unpack_u32(buf, end)[0]:
                     return i
             return -1
-        crcs = np.fromiter(map(crc32c, payloads), dtype=np.uint64, count=count)
+        crcs = np.fromiter(map(crc32c_bytes, payloads), dtype=np.uint64, count=count)
         masked = (((crcs >> 15) | (crcs << 17)) + _DELTA) & _U32
         raw = np.frombuffer(buf, dtype=np.uint8)
         at = np.array(ends, dtype=np.intp)
@@ -346,7 +346,7 @@ class TFRecordFramer(Framer):
             strides=(stride,),
         ).tolist()
         if self._verify:
-            c = np.fromiter(map(crc32c, payloads), dtype=np.uint64, count=k)
+            c = np.fromiter(map(crc32c_bytes, payloads), dtype=np.uint64, count=k)
             masked = (((c >> 15) | (c << 17)) + _DELTA) & _U32
             footers = np.ndarray(
                 (k,),

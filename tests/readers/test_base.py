@@ -12,7 +12,7 @@ import pytest
 from readers_util import work_queue
 
 import asyncreader as ar
-from asyncreader._readers.base import bulk_keys
+from asyncreader._readers.base import bulk_keys, range_keys
 
 pytestmark = pytest.mark.anyio
 
@@ -345,6 +345,14 @@ def test_bulk_keys_match_per_record_formatting() -> None:
     ints += list(range(10**15, 10**15 + 300))
     assert bulk_keys(b"f:", ints) == [b"f:%d" % k for k in ints]
     assert bulk_keys(b"", [1, 2]) == [b"1", b"2"]
+
+
+@pytest.mark.parametrize("prefix", [b"f:", b"", b"100%:", b"a%d%s:"])
+def test_range_keys_match_per_record_formatting(prefix: bytes) -> None:
+    spans = [(0, 0), (0, 1), (0, 5000), (1, 1000), (999, 1001), (1000, 2000), (1000, 1000)]
+    spans += [(5, 7), (12_345, 17_890), (999_999, 1_001_001), (10**15 - 3, 10**15 + 2100)]
+    for start, stop in spans:
+        assert range_keys(prefix, start, stop) == [prefix + b"%d" % k for k in range(start, stop)]
 
 
 def test_custom_reader_example_runs() -> None:

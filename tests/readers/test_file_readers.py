@@ -81,6 +81,23 @@ async def test_long_lines_and_records_crossing_blocks(
         assert [v for _, v in await _all(tfr, await work_queue([str(t)]))] == lines
 
 
+async def test_consecutive_keys_across_small_blocks(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Keys built a thousand at a time must match across block and thousand boundaries.
+    monkeypatch.setattr("asyncreader._readers._framed.READ_BLOCK", 997)
+    t = tmp_path / "l%d.txt"
+    t.write_bytes(b"".join(b"%d\r\n" % i for i in range(2500)))
+    b = tmp_path / "f.bin"
+    b.write_bytes(bytes(range(256)) * 40)
+    async with ar.TextLineReader() as text, ar.FixedLengthRecordReader(3, 2) as fixed:
+        got = await _all(text, await work_queue([str(t)]), 700)
+        assert got == [(f"{t}:{i + 1}".encode(), b"%d" % i) for i in range(2500)]
+        got = await _all(fixed, await work_queue([str(b)]), 1000)
+        data = b.read_bytes()
+        assert got == [(f"{b}:{i}".encode(), data[2 + 3 * i : 5 + 3 * i]) for i in range(3412)]
+
+
 @pytest.mark.parametrize("n", [None, 1, 4, 1000])
 async def test_fixed_length_reader_formula(tmp_path: Path, n: int | None) -> None:
     data = bytes(range(100))

@@ -173,3 +173,15 @@ def test_statistics_and_repr() -> None:
         "<FixedLengthFramer record_bytes=4 header_bytes=2 footer_bytes=1 hop_bytes=4 "
         "next_index=1 position=6 buffered=3>"
     )
+
+
+@pytest.mark.parametrize(("r", "h", "f", "p"), [(7, 3, 2, 0), (7, 0, 5, 3), (4, 1, 0, 9)])
+@pytest.mark.parametrize("chunk", [1, 2, 3, 6, 8, 11, 64])
+def test_records_straddling_chunks_of_any_size(r: int, h: int, f: int, p: int, chunk: int) -> None:
+    # Chunks smaller than, equal to and larger than a record; only straddling records are
+    # joined, the rest of each chunk is framed in place.
+    data = bytes(random.Random(chunk * 100 + r).randrange(256) for _ in range(97))
+    cuts = list(range(chunk, len(data), chunk))
+    keys, values = feed(FixedLengthFramer(r, h, f, p), data, cuts)
+    assert values == reference(data, r, h, f, p)
+    assert keys == list(range(len(values)))

@@ -127,3 +127,17 @@ def test_memoryview_and_bytearray_chunks() -> None:
     framer = LineFramer()
     assert framer.decode(memoryview(b"a\nb")) == ([1], [b"a"])
     assert framer.decode(bytearray(b"c\n")) == ([2], [b"bc"])
+
+
+@pytest.mark.parametrize(
+    ("data", "cuts", "expected"),
+    [
+        (b"a\r\nb\r\nc", [2], [b"a", b"b", b"c"]),  # CR ends one chunk, LF starts the next
+        (b"a\r\nbb\nc", [2], [b"a", b"bb", b"c"]),  # ... and the next chunk has no CR
+        (b"xyz\r\nb\n", [1, 2, 3, 4], [b"xyz", b"b"]),  # the CR arrives in a carried piece
+        (b"a\r\r\nb", [2, 3], [b"a\r", b"b"]),  # only the CR just before LF goes
+        (b"a\rb\nc\r", [2], [b"a\rb", b"c"]),  # a CR inside a line stays; a final CR goes
+    ],
+)
+def test_crlf_split_across_chunks(data: bytes, cuts: list[int], expected: list[bytes]) -> None:
+    assert feed(LineFramer(), data, cuts) == (list(range(1, len(expected) + 1)), expected)
