@@ -114,6 +114,13 @@ class FramedReader(ReaderBase):
             self._restart = (framer.position, framer.next_key)
         self._restart_skip = self._skip_pending
 
+    def _chunk_mark(self) -> tuple[tuple[int, int], int]:
+        return self._restart, self._restart_skip
+
+    def _rewind(self, mark: tuple[tuple[int, int], int], skip: int) -> None:
+        self._restart, base = mark
+        self._restart_skip = base + skip
+
     def _chunk_state(self, skip: int) -> bytes:
         position, key = self._restart
         return _RESTART.pack(position, key, self._restart_skip + skip) + self._config_bytes()

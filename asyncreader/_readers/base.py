@@ -30,13 +30,14 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import os
+import struct
 import warnings
 from abc import ABC
 from typing import TYPE_CHECKING, Any, ClassVar, Final, Protocol, Self, TypeAlias, TypeVar
 
 import anyio
 import numpy as np
-from anyio.lowlevel import checkpoint
+from anyio.lowlevel import checkpoint, checkpoint_if_cancelled
 
 from .._errors import (
     AsyncReaderError,
@@ -82,6 +83,10 @@ Chunk: TypeAlias = tuple[list[bytes], list[bytes], bool]
 ReadOneResult: TypeAlias = "tuple[bytes, bytes] | tuple[bytes, bytes, bool] | None"
 #: What ``read_many`` returns: ``(keys, values, at_end)``.
 ReadManyResult: TypeAlias = tuple[list[bytes], list[bytes], bool]
+
+#: Records a hook reader's saved position is ahead of the state's next record: the prefix
+#: of a hook reader's extra state (see ``serialize_state``).
+_SKIP: Final = struct.Struct("<q")
 
 _HOOKS: Final = (
     "on_work_started",
@@ -243,6 +248,13 @@ class ReaderBase(SharedResource, ABC):
         self._at_end = False
         # Extra state of a restored, in-progress work item, applied by the next read.
         self._resume: bytes | None = None
+        # Hook readers: the hook's extra state from before the records now waiting in the
+        # buffer (put back by a failed or cancelled call); None when nothing waits.
+        self._pushback_extra: bytes | None = None
+        # ... and how many records past that state the buffer's first record is.
+        self._pushback_base = 0
+        # An error that followed records read_up_to returned: raised by the next call.
+        self._deferred: Exception | None = None
         self._scopes: set[anyio.CancelScope] = set()
         # Set by restore_state (synchronous): hook state and files are discarded by the next
         # operation, on the executor.
@@ -393,6 +405,10 @@ class ReaderBase(SharedResource, ABC):
         Returns fewer when the work item ends first (and at least one record unless the
         queue is exhausted). ``num_records == 0`` returns empty lists at once.
 
+        Cancelled part-way, the call raises and the records it had taken go back to the
+        front of the reader's buffer: the next call returns them, uncounted until then, and
+        state saved meanwhile resumes at the first of them.
+
         Args:
             queue: A queue of work items.
             num_records: The most records to return, >= 0.
@@ -405,8 +421,9 @@ class ReaderBase(SharedResource, ABC):
             InvalidArgumentError: ``num_records`` is negative, or the queue does not hold
                 single strings.
             NotFoundError: the work item just taken does not exist; it is abandoned.
-            DataLossError: the record data is corrupt. Records gathered by this call before
-                the error are lost but counted as produced (as in TensorFlow).
+            DataLossError: the record data is corrupt. When this call had already gathered
+                records, it returns them and the next call raises (TensorFlow drops them but
+                counts them as produced).
             FailedPreconditionError: the reader is closed.
             AsyncReaderError: a hook broke its contract.
         """
@@ -460,8 +477,12 @@ class ReaderBase(SharedResource, ABC):
             extra = self._resume
         elif self._chunked:
             extra = self._chunk_state(self._pos)
+        elif self._pushback_extra is not None and self._pos < self._n:
+            # Records put back wait in the buffer: resume before them, skipping those
+            # already delivered from it.
+            extra = _SKIP.pack(self._pushback_base + self._pos) + self._pushback_extra
         else:
-            extra = self.serialize_extra()
+            extra = _SKIP.pack(0) + self.serialize_extra()
         state = ReaderState(self._started, self._finished, self._produced, self._work, extra)
         return encode_native(type(self).__name__, state)
 
@@ -540,6 +561,8 @@ class ReaderBase(SharedResource, ABC):
 
     def _check_extra(self, extra: bytes) -> None:
         """Validate the extra state of a restored in-progress work item (on the loop)."""
+        if len(extra) < _SKIP.size or _SKIP.unpack_from(extra)[0] < 0:
+            raise InvalidArgumentError("reader state has a malformed position")
 
     # -- resource lifecycle -------------------------------------------------------------------
 
@@ -637,7 +660,12 @@ class ReaderBase(SharedResource, ABC):
         assert extra is not None
         try:
             await self._call("on_work_started", self._work)
-            await self._call("restore_extra", extra)
+            if self._chunked:
+                await self._call("restore_extra", extra)
+            else:
+                (skip,) = _SKIP.unpack_from(extra)
+                await self._call("restore_extra", extra[_SKIP.size :])
+                await self._skip_records(skip)
         except BaseException as exc:
             if isinstance(exc, Exception):
                 self._errors += 1
@@ -647,6 +675,19 @@ class ReaderBase(SharedResource, ABC):
             await self._abandon()
             raise
         self._resume = None
+
+    async def _skip_records(self, skip: int) -> None:
+        """Read and drop ``skip`` records of the current work item (delivered before the
+        state was saved)."""
+        while skip > 0:
+            if self._has_read_many:
+                keys, _, at_end = await self._read_many_hook(skip)
+                skip -= len(keys)
+            else:
+                key, _, at_end = await self._read_one_hook()
+                skip -= key is not None
+            if at_end:
+                break
 
     async def _abandon(self) -> None:
         with anyio.CancelScope(shield=True):
@@ -658,13 +699,50 @@ class ReaderBase(SharedResource, ABC):
 
     async def _finish_work(self) -> None:
         self._reset_buffer()
-        try:
-            await self._call("on_work_finished")
-        except Exception:
-            self._errors += 1
-            raise
-        finally:
-            self._finished = self._started
+        # Shielded: once a work item's last record is in hand the file is closed, however
+        # the caller is cancelled meanwhile (the hook is short).
+        with anyio.CancelScope(shield=True):
+            try:
+                await self._call("on_work_finished")
+            except Exception:
+                self._errors += 1
+                raise
+            finally:
+                self._finished = self._started
+
+    def _put_back(self, keys: list[bytes], values: list[bytes], mark: tuple[Any, int]) -> None:
+        """Return records a failed or cancelled call had taken to the front of the buffer.
+
+        ``mark`` is :meth:`_mark` from when the call took its first record: saved state
+        then resumes at the first record put back.
+        """
+        rest = slice(self._pos, self._n)
+        self._keys = keys + self._keys[rest]
+        self._values = values + self._values[rest]
+        self._pos, self._n = 0, len(self._keys)
+        self._produced -= len(keys)
+        restart, skip = mark
+        if self._chunked:
+            self._rewind(restart, skip)
+        else:
+            self._pushback_extra, self._pushback_base = restart, skip
+
+    def _mark(self) -> tuple[Any, int]:
+        """Where the next record comes from, to put records back to (see :meth:`_put_back`)."""
+        if self._chunked:
+            return self._chunk_mark(), self._pos
+        if self._pos < self._n:
+            return self._pushback_extra, self._pushback_base + self._pos
+        in_progress = self._finished < self._started
+        return (self.serialize_extra() if in_progress else None), 0
+
+    def _chunk_mark(self) -> Any:
+        """Return the restart point of the current chunk (chunked readers)."""
+        raise NotImplementedError
+
+    def _rewind(self, mark: Any, skip: int) -> None:
+        """Make saved state restart at ``mark``, ``skip`` records on (chunked readers)."""
+        raise NotImplementedError
 
     def _reset_buffer(self) -> None:
         self._keys, self._values, self._pos, self._n = [], [], 0, 0
@@ -715,44 +793,64 @@ class ReaderBase(SharedResource, ABC):
                 return key, value, at_end
         raise self._contract_error("read_one", result)
 
+    def _raise_deferred(self) -> None:
+        exc, self._deferred = self._deferred, None
+        if exc is not None:
+            raise exc
+
     async def _read_locked(self, queue: WorkQueue) -> tuple[bytes, bytes]:
+        self._raise_deferred()
         while True:
+            i = self._pos
+            if i < self._n:
+                # The read-ahead buffer, or records a cancelled call put back.
+                self._pos = i + 1
+                self._produced += 1
+                return self._keys[i], self._values[i]
             if self._finished >= self._started:
                 await self._take_work(queue)
             elif self._resume is not None:
                 await self._resume_work()
             if self._chunked:
-                i = self._pos
-                if i < self._n:
-                    self._pos = i + 1
-                    self._produced += 1
-                    return self._keys[i], self._values[i]
+                if self._pos < self._n:
+                    continue
                 if self._at_end:
                     await self._finish_work()
                 else:
                     await self._refill()
                 continue
+            mark = self._mark()
             key, value, at_end = await self._read_one_hook()
             if key is None or value is None:
                 await self._finish_work()
                 continue
             self._produced += 1
+            try:
+                # Never hand a record to a caller being cancelled: it would be lost.
+                await checkpoint_if_cancelled()
+            except BaseException:
+                self._put_back([key], [value], mark)
+                raise
             if at_end:
-                await self._finish_work()
+                try:
+                    await self._finish_work()
+                except Exception as exc:
+                    self._deferred = exc
             return key, value
 
     async def _read_up_to_locked(self, queue: WorkQueue, n: int) -> tuple[list[bytes], list[bytes]]:
         keys: list[bytes] = []
         values: list[bytes] = []
-        while len(keys) < n:
-            if self._finished >= self._started:
-                await self._take_work(queue)
-            elif self._resume is not None:
-                await self._resume_work()
-            if self._chunked:
+        mark: tuple[Any, int] = (None, 0)
+        self._raise_deferred()
+        try:
+            while len(keys) < n:
                 i = self._pos
                 avail = self._n - i
                 if avail:
+                    # The read-ahead buffer, or records a cancelled call put back.
+                    if not keys:
+                        mark = self._mark()
                     take = min(avail, n - len(keys))
                     if not keys and take == self._n:
                         keys, values = self._keys, self._values
@@ -762,26 +860,55 @@ class ReaderBase(SharedResource, ABC):
                     self._pos = i + take
                     self._produced += take
                     continue
-                if self._at_end:
+                if self._finished >= self._started:
+                    if keys:
+                        # Records put back end where their work item ended.
+                        break
+                    await self._take_work(queue)
+                elif self._resume is not None:
+                    await self._resume_work()
+                if self._chunked:
+                    if self._pos < self._n:
+                        continue
+                    if self._at_end:
+                        if keys:
+                            await checkpoint_if_cancelled()
+                        await self._finish_work()
+                        if keys:
+                            return keys, values
+                    else:
+                        await self._refill()
+                    continue
+                if not keys:
+                    mark = self._mark()
+                if self._has_read_many:
+                    got_k, got_v, at_end = await self._read_many_hook(n - len(keys))
+                else:
+                    key, value, at_end = await self._read_one_hook()
+                    got_k = [] if key is None else [key]
+                    got_v = [] if value is None else [value]
+                self._produced += len(got_k)
+                keys += got_k
+                values += got_v
+                if at_end:
+                    if keys:
+                        await checkpoint_if_cancelled()
                     await self._finish_work()
                     if keys:
-                        break
-                else:
-                    await self._refill()
-                continue
-            if self._has_read_many:
-                got_k, got_v, at_end = await self._read_many_hook(n - len(keys))
-            else:
-                key, value, at_end = await self._read_one_hook()
-                got_k = [] if key is None else [key]
-                got_v = [] if value is None else [value]
-            self._produced += len(got_k)
-            keys += got_k
-            values += got_v
-            if at_end:
-                await self._finish_work()
-                if keys:
-                    break
+                        return keys, values
+            # Never hand records to a caller being cancelled: they would be lost.
+            await checkpoint_if_cancelled()
+        except Exception as exc:
+            if not keys:
+                raise
+            # Deliver the records gathered before the error (TensorFlow drops them); the
+            # next call raises it.
+            self._deferred = exc
+        except BaseException:
+            # Cancelled: the records go back to the buffer for the next call.
+            if keys and self._finished < self._started:
+                self._put_back(keys, values, mark)
+            raise
         return keys, values
 
     async def _read_many_hook(self, n: int) -> tuple[list[bytes], list[bytes], bool]:
@@ -810,6 +937,7 @@ class ReaderBase(SharedResource, ABC):
             self._reset_sync()
 
     def _reset_sync(self) -> None:
+        self._deferred = None
         self._started = self._finished = self._produced = 0
         self._work = b""
         self._resume = None

@@ -140,7 +140,10 @@ async def test_read_up_to_zero_and_negative() -> None:
             await reader.read_up_to(q, -1)
 
 
-async def test_read_up_to_error_after_records_loses_them_but_counts_them() -> None:
+async def test_read_up_to_error_after_records_returns_them_then_raises() -> None:
+    """TensorFlow drops records a failing read_up_to had gathered (but counts them); they
+    are returned instead, and the next call raises the error."""
+
     class FailAfterTwo(CountingReader):
         def read_one(self) -> tuple[bytes, bytes] | None:
             if self.left == 1:
@@ -149,9 +152,15 @@ async def test_read_up_to_error_after_records_loses_them_but_counts_them() -> No
 
     q = await work_queue(["3"])
     async with FailAfterTwo() as reader:
+        assert await reader.read_up_to(q, 10) == ([b"3:2", b"3:1"], [b"v2", b"v1"])
+        assert reader.num_records_produced() == 2
         with pytest.raises(ar.DataLossError, match="late"):
             await reader.read_up_to(q, 10)
-        assert reader.num_records_produced() == 2
+        # The work item stays in progress: the failing record fails again until reset.
+        with pytest.raises(ar.DataLossError, match="late"):
+            await reader.read(q)
+        await reader.reset()
+        assert reader.num_records_produced() == 0
 
 
 @pytest.mark.both_backends

@@ -211,12 +211,15 @@ async def test_tfrecord_corruption_is_data_loss_at_the_exact_record_then_reset(
         assert reader.num_records_produced() == 150
         await reader.reset()
         assert await reader.read(q) == (f"{good}:0".encode(), b"fine")
-    # read_up_to fails as a whole; its records are lost but counted (as in TensorFlow).
+    # read_up_to returns the good records before the corrupt one (TensorFlow drops them
+    # and counts them); the next call raises.
     q = await work_queue([str(f)])
     async with ar.TFRecordReader() as reader:
+        keys, values = await reader.read_up_to(q, 1000)
+        assert values == [b"good%d" % i for i in range(150)]
+        assert keys == [f"{f}:{o}".encode() for o in offsets[:150]]
         with pytest.raises(ar.DataLossError, match=f"corrupted record at {bad_at + 12}"):
             await reader.read_up_to(q, 1000)
-        assert reader.num_records_produced() == 150
 
 
 async def test_tfrecord_truncated_and_broken_compressed_stream(tmp_path: Path) -> None:

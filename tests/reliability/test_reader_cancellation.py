@@ -102,11 +102,6 @@ async def test_cancelled_read_delivers_the_record_later() -> None:
         assert reader.num_records_produced() == 5
 
 
-@pytest.mark.xfail(
-    reason="ReaderBase._read_up_to_locked drops the records it collected when cancelled "
-    "while awaiting a later hook call; num_records_produced() still counts them",
-    strict=True,
-)
 async def test_cancelled_read_up_to_keeps_the_records_it_collected() -> None:
     queue = await _work("w")
     reader = _Gated(slow=3)
@@ -117,12 +112,6 @@ async def test_cancelled_read_up_to_keeps_the_records_it_collected() -> None:
         assert reader.num_records_produced() == 5
 
 
-@pytest.mark.xfail(
-    reason="ReaderBase._read_locked: when a work item's last record (at_end) is in hand, "
-    "a pending cancellation strikes at the checkpoint before on_work_finished, losing "
-    "the record and skipping on_work_finished",
-    strict=True,
-)
 async def test_cancelled_read_keeps_a_work_items_last_record() -> None:
     queue = await _work("w")
     reader = _Gated(slow=5, last_flag=True)
@@ -133,3 +122,70 @@ async def test_cancelled_read_keeps_a_work_items_last_record() -> None:
         got = [value for _, value in returned] + await _drain(reader, queue)
         assert got == [b"v5"], "the last record was lost"
         assert reader.finished_calls == 1, "on_work_finished was skipped"
+
+
+class _Stateful(_Gated):
+    """A hook reader that saves and restores its position."""
+
+    def serialize_extra(self) -> bytes:
+        return b"%d" % self.i
+
+    def restore_extra(self, extra: bytes) -> None:
+        self.i = int(extra)
+
+
+async def test_state_saved_after_a_cancelled_read_up_to_resumes_at_the_records_put_back() -> None:
+    queue = await _work("w")
+    reader = _Stateful(slow=4)
+    async with reader:
+        assert await reader.read(queue) == (b"k1", b"v1")
+        returned = await _cancel_while_hook_waits(reader, reader.read_up_to(queue, 5))
+        assert returned == []
+        # One of the put-back records is delivered before the state is taken.
+        assert await reader.read(queue) == (b"k2", b"v2")
+        state = reader.serialize_state()
+    fresh_queue = await _work()
+    fresh = _Stateful(slow=0)
+    async with fresh:
+        fresh.restore_state(state)
+        assert await _drain(fresh, fresh_queue) == [b"v3", b"v4", b"v5"]
+
+
+@pytest.mark.parametrize("cancel_after", [1, 3, 7])
+async def test_chunked_reader_cancelled_across_refills_loses_nothing_and_resumes_exactly(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch, cancel_after: int
+) -> None:
+    # Small read blocks: one read_up_to spans many refills, each a cancellation point.
+    monkeypatch.setattr("asyncreader._readers._framed.READ_BLOCK", 64)
+    payloads = [b"r%03d" % i for i in range(120)]
+    path = tmp_path / "f.tfrecord"
+    with ar.TFRecordWriter(str(path)) as writer:
+        for payload in payloads:
+            writer.write(payload)
+    queue = await _work(str(path))
+    got: list[bytes] = []
+    async with ar.TFRecordReader() as reader:
+        got += (await reader.read_up_to(queue, 10))[1]
+        real_fill = reader._fill
+        calls = 0
+        with anyio.CancelScope() as scope:
+
+            def fill() -> Any:
+                # Cancel from inside the call's thread hops, after a few refills.
+                nonlocal calls
+                calls += 1
+                if calls == cancel_after:
+                    anyio.from_thread.run_sync(scope.cancel)
+                return real_fill()
+
+            reader._fill = fill  # type: ignore[method-assign]
+            got += (await reader.read_up_to(queue, 100))[1]
+        assert scope.cancelled_caught
+        reader._fill = real_fill  # type: ignore[method-assign]
+        assert reader.num_records_produced() == len(got)
+        got += (await reader.read_up_to(queue, 3))[1]
+        state = reader.serialize_state()
+    async with ar.TFRecordReader() as fresh:
+        fresh.restore_state(state)
+        got += await _drain(fresh, await _work())
+    assert got == payloads
