@@ -39,10 +39,12 @@ class LengthPrefixedReader(ar.ReaderBase):
     on_work_finished = reset_state
 
 
-async def main(path: str) -> None:
+async def read_all(path: str) -> list[tuple[bytes, bytes]]:
+    """Read every record of the file at ``path``, printing each one."""
     queue = ar.FIFOQueue(None)
     await queue.enqueue(path)
     await queue.close()
+    records = []
     async with LengthPrefixedReader() as reader:
         while True:
             try:
@@ -50,10 +52,16 @@ async def main(path: str) -> None:
             except ar.OutOfRangeError:  # the queue is closed and empty: all read
                 break
             print(key.decode().rsplit("/", 1)[-1], value)
+            records.append((key, value))
+    return records
 
 
-if __name__ == "__main__":
+def main() -> list[tuple[bytes, bytes]]:
     with tempfile.TemporaryDirectory() as tmp:
         file = Path(tmp, "records.lp")
         file.write_bytes(b"".join(struct.pack("<I", len(r)) + r for r in (b"a", b"", b"xyz")))
-        anyio.run(main, str(file))
+        return anyio.run(read_all, str(file))
+
+
+if __name__ == "__main__":
+    main()

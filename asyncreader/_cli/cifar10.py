@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -37,6 +36,8 @@ import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from .._pipeline.batching import Batcher
 
 __all__ = [
@@ -104,7 +105,9 @@ _META_FILE = "asyncreader-synthetic.json"
 # -- records -> images -----------------------------------------------------------------------
 
 
-def parse_records(records: np.ndarray[Any, Any]) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
+def parse_records(
+    records: np.ndarray[Any, Any],
+) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
     """Split a chunk of CIFAR-10 records into images and labels.
 
     ``read_cifar10`` in TensorFlow's ``cifar10_input.py``, for a whole chunk: the label is the
@@ -164,7 +167,7 @@ def random_crop_and_flip(
     windows = sliding_window_view(images, (size, size), axis=(2, 3)).transpose(0, 2, 3, 4, 5, 1)
     top = rng.integers(0, height - size + 1, n)
     left = rng.integers(0, width - size + 1, n)
-    crops = windows[np.arange(n), top, left]
+    crops: np.ndarray[Any, Any] = windows[np.arange(n), top, left]
     flip = np.flatnonzero(rng.random(n) < 0.5)
     crops[flip] = crops[flip, :, ::-1]
     return crops
@@ -423,9 +426,7 @@ class ImageChunker:
         #: Records read so far.
         self.records = 0
 
-    def _preprocess(
-        self, values: list[bytes]
-    ) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
+    def _preprocess(self, values: list[bytes]) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
         from .. import decode_raw
 
         images, labels = parse_records(decode_raw(values, np.uint8))

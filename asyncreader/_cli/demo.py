@@ -224,9 +224,10 @@ def main(options: DemoOptions, out: TextIO | None = None) -> int:
     state = DemoState()
     try:
         data_dir = prepare_data(options, stream)
+        readers = f"{options.readers} reader{'s' if options.readers != 1 else ''}"
         stream.write(
             f"training {options.steps} steps of {options.batch_size} images "
-            f"({options.readers} readers, {options.backend})\n"
+            f"({readers}, {options.backend})\n"
         )
         stream.flush()
         anyio.run(run_demo, options, data_dir, state, backend=options.backend)

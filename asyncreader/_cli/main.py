@@ -12,8 +12,11 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
 
 __all__ = ["build_parser", "main"]
 
@@ -91,9 +94,7 @@ def build_parser() -> argparse.ArgumentParser:
         default=defaults.readers,
         help="reader tasks, each with its own preprocessing thread (%(default)s)",
     )
-    demo.add_argument(
-        "--seed", type=int, default=defaults.seed, help="random seed (%(default)s)"
-    )
+    demo.add_argument("--seed", type=int, default=defaults.seed, help="random seed (%(default)s)")
     demo.add_argument(
         "--shuffle-buffer",
         type=_non_negative,

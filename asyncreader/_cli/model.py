@@ -41,7 +41,8 @@ def pool_features(images: np.ndarray[Any, Any], pool: int = 3) -> np.ndarray[Any
     for k in range(1, pool):
         pooled += blocks[..., k * c : (k + 1) * c]
     pooled *= np.float32(1.0 / (pool * pool))
-    return pooled.reshape(n, -1)
+    flat: np.ndarray[Any, Any] = pooled.reshape(n, -1)
+    return flat
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,7 +99,8 @@ class SoftmaxClassifier:
 
     def predict(self, images: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
         """Return the predicted class of each image, ``(n,)`` int64."""
-        return np.argmax(self.logits(images), axis=1)
+        classes: np.ndarray[Any, Any] = np.argmax(self.logits(images), axis=1)
+        return classes
 
     def train_step(self, images: np.ndarray[Any, Any], labels: np.ndarray[Any, Any]) -> StepResult:
         """Take one SGD step on a batch; return its loss and accuracy before the update.

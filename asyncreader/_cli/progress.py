@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import sys
 import time
-from types import TracebackType
-from typing import Any, Protocol, Self, TextIO
+from typing import TYPE_CHECKING, Any, Protocol, Self, TextIO
+
+if TYPE_CHECKING:
+    from types import TracebackType
 
 __all__ = [
     "NullProgress",
