@@ -122,8 +122,11 @@ from ._queues.random_shuffle import RandomShuffleQueue as RandomShuffleQueue
 
 # --- readers ---
 from ._readers.base import ReaderBase as ReaderBase
+from ._readers.base import ReaderStatistics as ReaderStatistics
 from ._readers.fixed_length import FixedLengthRecordReader as FixedLengthRecordReader
 from ._readers.identity import IdentityReader as IdentityReader
+from ._readers.policy import DeadLetter as DeadLetter
+from ._readers.policy import ErrorPolicy as ErrorPolicy
 from ._readers.text_line import TextLineReader as TextLineReader
 from ._readers.tfrecord import TFRecordReader as TFRecordReader
 from ._readers.whole_file import WholeFileReader as WholeFileReader
@@ -156,8 +159,10 @@ __all__ = [
     "Batcher",
     "Coordinator",
     "DataLossError",
+    "DeadLetter",
     "decode_csv",
     "decode_raw",
+    "ErrorPolicy",
     "Example",
     "FailedPreconditionError",
     "Feature",
@@ -184,6 +189,7 @@ __all__ = [
     "RandomShuffleQueue",
     "range_input_producer",
     "ReaderBase",
+    "ReaderStatistics",
     "ResourceExhaustedError",
     "ResourceMgr",
     "Session",

@@ -27,6 +27,7 @@ from .base import Chunk, ReaderBase, bulk_keys, key_format, range_keys
 if TYPE_CHECKING:
     from .._io.filesystem import RandomAccessFile
     from .._records._framer import Framer
+    from .policy import OnError
 
 __all__ = ["FramedReader"]
 
@@ -42,8 +43,8 @@ class FramedReader(ReaderBase):
     #: Whether a chunk's keys are consecutive integers (line numbers, record indices).
     _consecutive_keys: ClassVar[bool] = False
 
-    def __init__(self, name: str | None = None) -> None:
-        super().__init__(name)
+    def __init__(self, name: str | None = None, *, on_error: OnError = None) -> None:
+        super().__init__(name, on_error=on_error)
         self._file: RandomAccessFile | None = None
         self._framer: Framer | None = None
         self._prefix = b""
@@ -97,6 +98,23 @@ class FramedReader(ReaderBase):
     def reset_state(self) -> None:
         self._framer = None
         self._skip_pending = 0
+
+    def _skip_bad_record(self) -> bool:
+        framer = self._framer
+        where = None if framer is None else framer.skip_to
+        if where is None or self._file is None:
+            return False
+        position, key = where
+        target = self._seek_target(position, key)
+        if target is None:
+            # A compressed file: inflate again from the start, discarding up to there.
+            self._close_files()
+            self._file = open_work_item(self._work)
+        else:
+            self._file.seek(target)
+        self._framer = self._new_framer(self._work, position, key)
+        self._skip_pending = 0
+        return True
 
     def _close_files(self) -> None:
         f, self._file = self._file, None

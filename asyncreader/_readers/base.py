@@ -27,6 +27,7 @@ of them.
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import inspect
 import os
@@ -47,6 +48,7 @@ from .._errors import (
 )
 from .._io.executor import run_io
 from .._runtime.resources import SharedResource
+from .policy import MAX_DEAD_LETTERS, DeadLetter, ErrorPolicy, OnError, as_policy
 from .state import (
     ReaderState,
     c_escape,
@@ -118,6 +120,8 @@ class ReaderStatistics:
         current_work: The work item in progress, or ``None``.
         buffered: Records read ahead and not yet delivered.
         closed: Whether :meth:`ReaderBase.aclose` was called.
+        errors_skipped: Bad records and work items skipped under ``on_error`` (see
+            :attr:`ReaderBase.dead_letters`).
     """
 
     records_produced: int
@@ -128,6 +132,7 @@ class ReaderStatistics:
     current_work: bytes | None
     buffered: int
     closed: bool
+    errors_skipped: int = 0
 
 
 def key_format(prefix: bytes) -> bytes:
@@ -229,8 +234,11 @@ class ReaderBase(SharedResource, ABC):
             )
         cls._has_read_many = cls.read_many is not ReaderBase.read_many
 
-    def __init__(self, name: str | None = None) -> None:
+    def __init__(self, name: str | None = None, *, on_error: OnError = None) -> None:
         self._name = name if name is not None else type(self).__name__
+        self._policy = as_policy(on_error)
+        self._dead: collections.deque[DeadLetter] = collections.deque(maxlen=MAX_DEAD_LETTERS)
+        self._skipped = 0
         self._lock = anyio.Lock(fast_acquire=True)
         self._work: bytes = b""
         self._started = 0
@@ -294,7 +302,19 @@ class ReaderBase(SharedResource, ABC):
             current_work=self._work if self._finished < self._started else None,
             buffered=self._n - self._pos,
             closed=self._closed,
+            errors_skipped=self._skipped,
         )
+
+    @property
+    def on_error(self) -> ErrorPolicy:
+        """What the reader does with bad input (see :class:`~asyncreader.ErrorPolicy`)."""
+        return self._policy
+
+    @property
+    def dead_letters(self) -> tuple[DeadLetter, ...]:
+        """The bad records and work items skipped under ``on_error``, oldest first (the
+        most recent 10,000; ``statistics().errors_skipped`` counts them all)."""
+        return tuple(self._dead)
 
     # -- hooks (override in subclasses) ----------------------------------------------------
 
@@ -641,18 +661,45 @@ class ReaderBase(SharedResource, ABC):
             raise InvalidArgumentError(
                 f"Expected single component queue, {self.display_name} got {len(dtypes)}"
             )
-        item = await queue.dequeue()
-        work = _work_bytes(item)
-        self._work = work
-        self._reset_buffer()
-        try:
-            await self._call("on_work_started", work)
-        except BaseException as exc:
-            if isinstance(exc, Exception):
-                self._errors += 1
-            await self._abandon()
-            raise
-        self._started += 1
+        while True:
+            item = await queue.dequeue()
+            work = _work_bytes(item)
+            self._work = work
+            self._reset_buffer()
+            try:
+                await self._call("on_work_started", work)
+            except BaseException as exc:
+                if isinstance(exc, Exception):
+                    self._errors += 1
+                await self._abandon()
+                if isinstance(exc, AsyncReaderError) and self._skip(exc, rest=True):
+                    continue
+                raise
+            self._started += 1
+            return
+
+    def _skip(self, exc: AsyncReaderError, *, rest: bool) -> bool:
+        """Note bad input the policy skips; return ``False`` when the error must be raised.
+
+        ``rest``: the rest of the work item is skipped (not just one record). Contract
+        errors of a reader subclass (plain :class:`AsyncReaderError`) are never skipped.
+        """
+        policy = self._policy
+        if not policy.skip or type(exc) is AsyncReaderError:
+            return False
+        self._skipped += 1
+        record = None if exc.record is None else self._work + b":" + str(exc.record).encode()
+        self._dead.append(DeadLetter(self._work, record, exc, rest))
+        reason = policy.exceeded(self._skipped, self._produced)
+        if reason is not None:
+            exc.add_note(f"{self.display_name}: {reason} (see dead_letters)")
+            return False
+        return True
+
+    def _skip_bad_record(self) -> bool:
+        """After a framing error, restart past the one bad record if its extent is known
+        (on a worker thread); return whether it could (chunked readers)."""
+        return False
 
     async def _resume_work(self) -> None:
         """Reopen a work item restored in progress and seek to the saved position."""
@@ -754,14 +801,24 @@ class ReaderBase(SharedResource, ABC):
         self._before_fill()
         try:
             keys, values, at_end = await run_io(self._fill)
-        except OutOfRangeError:
+        except OutOfRangeError as exc:
             # A file too short for its header: skipped as if it had never started (Q4).
             self._errors += 1
             self._started = self._finished
             await self._abandon()
+            if self._skip(exc, rest=True):
+                return
             raise
-        except AsyncReaderError:
+        except AsyncReaderError as exc:
             self._errors += 1
+            if not self._policy.skip:
+                raise
+            if await run_io(self._skip_bad_record):
+                if self._skip(exc, rest=False):
+                    return  # the next refill reads on after the bad record
+            elif self._skip(exc, rest=True):
+                self._at_end = True  # the rest of the work item is lost
+                return
             raise
         self._keys, self._values, self._n = keys, values, len(keys)
         self._at_end = at_end
@@ -820,7 +877,12 @@ class ReaderBase(SharedResource, ABC):
                     await self._refill()
                 continue
             mark = self._mark()
-            key, value, at_end = await self._read_one_hook()
+            try:
+                key, value, at_end = await self._read_one_hook()
+            except AsyncReaderError as exc:
+                if not self._skip(exc, rest=True):
+                    raise
+                key = value = None  # the rest of the work item is skipped
             if key is None or value is None:
                 await self._finish_work()
                 continue
@@ -881,12 +943,17 @@ class ReaderBase(SharedResource, ABC):
                     continue
                 if not keys:
                     mark = self._mark()
-                if self._has_read_many:
-                    got_k, got_v, at_end = await self._read_many_hook(n - len(keys))
-                else:
-                    key, value, at_end = await self._read_one_hook()
-                    got_k = [] if key is None else [key]
-                    got_v = [] if value is None else [value]
+                try:
+                    if self._has_read_many:
+                        got_k, got_v, at_end = await self._read_many_hook(n - len(keys))
+                    else:
+                        key, value, at_end = await self._read_one_hook()
+                        got_k = [] if key is None else [key]
+                        got_v = [] if value is None else [value]
+                except AsyncReaderError as exc:
+                    if not self._skip(exc, rest=True):
+                        raise
+                    got_k, got_v, at_end = [], [], True  # the rest is skipped
                 self._produced += len(got_k)
                 keys += got_k
                 values += got_v

@@ -12,6 +12,7 @@ from ._framed import FramedReader
 
 if TYPE_CHECKING:
     from .._records._framer import Framer
+    from .policy import OnError
 
 __all__ = ["FixedLengthRecordReader"]
 
@@ -35,6 +36,8 @@ class FixedLengthRecordReader(FramedReader):
         encoding: ``"ZLIB"`` or ``"GZIP"`` for compressed files; anything else means
             uncompressed, as in TensorFlow.
         name: The reader's name in messages.
+        on_error: What to do with bad input: ``\"raise\"`` (the default, as
+            TensorFlow), ``\"skip\"`` or an :class:`~asyncreader.ErrorPolicy`.
 
     Raises:
         InvalidArgumentError: ``<name> must be >= 0 not <v>`` for a negative size, or
@@ -51,12 +54,14 @@ class FixedLengthRecordReader(FramedReader):
         hop_bytes: int = 0,
         encoding: str | None = None,
         name: str | None = None,
+        *,
+        on_error: OnError = None,
     ) -> None:
         # The framer validates the sizes with TensorFlow's messages.
         FixedLengthFramer(record_bytes, header_bytes, footer_bytes, hop_bytes, encoding)
         if encoding is not None and not isinstance(encoding, str):
             raise InvalidArgumentError(f"encoding must be a string, not {encoding!r}")
-        super().__init__(name)
+        super().__init__(name, on_error=on_error)
         self.record_bytes = record_bytes
         self.header_bytes = header_bytes
         self.footer_bytes = footer_bytes

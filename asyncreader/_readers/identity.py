@@ -18,6 +18,8 @@ class IdentityReader(ReaderBase):
 
     Args:
         name: The reader's name in messages.
+        on_error: What to do with bad input: ``\"raise\"`` (the default, as
+            TensorFlow), ``\"skip\"`` or an :class:`~asyncreader.ErrorPolicy`.
     """
 
     _tf_state: ClassVar[bool] = True

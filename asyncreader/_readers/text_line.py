@@ -10,6 +10,7 @@ from ._framed import FramedReader
 
 if TYPE_CHECKING:
     from .._records._framer import Framer
+    from .policy import OnError
 
 __all__ = ["TextLineReader"]
 
@@ -24,6 +25,8 @@ class TextLineReader(FramedReader):
     Args:
         skip_header_lines: Lines to skip at the start of every file.
         name: The reader's name in messages.
+        on_error: What to do with bad input: ``\"raise\"`` (the default, as
+            TensorFlow), ``\"skip\"`` or an :class:`~asyncreader.ErrorPolicy`.
 
     Raises:
         InvalidArgumentError: ``skip_header_lines must be >= 0 not <n>``.
@@ -32,14 +35,16 @@ class TextLineReader(FramedReader):
     _first_key: ClassVar[int] = 1
     _consecutive_keys: ClassVar[bool] = True
 
-    def __init__(self, skip_header_lines: int = 0, name: str | None = None) -> None:
+    def __init__(
+        self, skip_header_lines: int = 0, name: str | None = None, *, on_error: OnError = None
+    ) -> None:
         if isinstance(skip_header_lines, bool) or not isinstance(skip_header_lines, int):
             raise InvalidArgumentError(
                 f"skip_header_lines must be an integer, not {skip_header_lines!r}"
             )
         if skip_header_lines < 0:
             raise InvalidArgumentError(f"skip_header_lines must be >= 0 not {skip_header_lines}")
-        super().__init__(name)
+        super().__init__(name, on_error=on_error)
         self.skip_header_lines = skip_header_lines
 
     def _config(self) -> dict[str, object]:

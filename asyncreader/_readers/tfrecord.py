@@ -14,6 +14,7 @@ from ._framed import FramedReader
 
 if TYPE_CHECKING:
     from .._records._framer import Framer
+    from .policy import OnError
 
 __all__ = ["TFRecordReader"]
 
@@ -32,14 +33,18 @@ class TFRecordReader(FramedReader):
             :class:`~asyncreader.TFRecordCompressionType`). Other strings mean
             uncompressed, as in TensorFlow.
         name: The reader's name in messages.
+        on_error: What to do with bad input: ``\"raise\"`` (the default, as
+            TensorFlow), ``\"skip\"`` or an :class:`~asyncreader.ErrorPolicy`.
     """
 
     def __init__(
         self,
         compression_type: str | TFRecordCompressionType | None = None,
         name: str | None = None,
+        *,
+        on_error: OnError = None,
     ) -> None:
-        super().__init__(name)
+        super().__init__(name, on_error=on_error)
         self._compression = parse_compression_type(compression_type, strict=False)
 
     @property

@@ -9,6 +9,7 @@ from .base import ReaderBase
 
 if TYPE_CHECKING:
     from .._io.filesystem import RandomAccessFile
+    from .policy import OnError
 
 __all__ = ["WholeFileReader"]
 
@@ -24,12 +25,14 @@ class WholeFileReader(ReaderBase):
 
     Args:
         name: The reader's name in messages.
+        on_error: What to do with bad input: ``\"raise\"`` (the default, as
+            TensorFlow), ``\"skip\"`` or an :class:`~asyncreader.ErrorPolicy`.
     """
 
     _tf_state: ClassVar[bool] = True
 
-    def __init__(self, name: str | None = None) -> None:
-        super().__init__(name)
+    def __init__(self, name: str | None = None, *, on_error: OnError = None) -> None:
+        super().__init__(name, on_error=on_error)
         self._file: RandomAccessFile | None = None
 
     def on_work_started(self, work: bytes) -> None:

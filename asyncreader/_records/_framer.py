@@ -78,7 +78,15 @@ class Framer:
     ``_buffered()``, ``position`` and ``next_key``.
     """
 
-    __slots__ = ("_decomp", "_error", "_input_bytes", "_records", "_skip", "work_item")
+    __slots__ = (
+        "_decomp",
+        "_error",
+        "_input_bytes",
+        "_records",
+        "_skip",
+        "_skip_to",
+        "work_item",
+    )
 
     def __init__(
         self,
@@ -97,6 +105,9 @@ class Framer:
         # Decompressed bytes to discard before framing (resuming inside a compressed file).
         self._skip = skip if self._decomp is not None else 0
         self._error: AsyncReaderError | None = None
+        # Where framing can resume after the error: (position, key) past one bad record
+        # whose extent is known, or None when the damage hides where the next one starts.
+        self._skip_to: tuple[int, int] | None = None
         self._input_bytes = 0
         self._records = 0
 
@@ -106,6 +117,12 @@ class Framer:
     def pending(self) -> bool:
         """Whether ``decode(b"")`` would produce more output without new input."""
         return self._decomp is not None and self._error is None and self._decomp.pending
+
+    @property
+    def skip_to(self) -> tuple[int, int] | None:
+        """After an error: ``(position, key)`` of the record that follows the bad one, when
+        the bad record's extent is known (so a new framer can start there); else ``None``."""
+        return self._skip_to if self._error is not None else None
 
     @property
     def error(self) -> AsyncReaderError | None:

@@ -276,6 +276,9 @@ class TFRecordFramer(Framer):
                 keys.extend([base + s for s in starts[:bad]])
                 values.extend(payloads[:bad])
                 at = base + starts[bad]
+                # The header vouched for the length: the next record is right after.
+                after = base + ends[bad] + 4
+                self._skip_to = (after, after)
                 self._stop(at, keys)
                 self._fail(
                     self._error_at(at, f"corrupted record at {at + HEADER_SIZE}", HEADER_SIZE),
@@ -361,6 +364,7 @@ class TFRecordFramer(Framer):
                 keys.extend(range(base + p, base + p + j * stride, stride))
                 values.extend(payloads[:j])
                 at = base + p + j * stride
+                self._skip_to = (at + stride, at + stride)
                 self._stop(at, keys)
                 self._fail(
                     DataLossError(
