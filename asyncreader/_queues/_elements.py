@@ -20,7 +20,7 @@ from __future__ import annotations
 import operator
 from collections.abc import Iterable, Mapping, Sequence
 from itertools import repeat
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -265,8 +265,13 @@ class TypedCodec:
 
     # -- conversion ------------------------------------------------------------------------
 
-    def _convert(self, val: Any, i: int) -> np.ndarray[Any, Any]:
-        """Return a fresh array of component ``i``'s dtype holding ``val``."""
+    #: Whether ``enqueue_many`` takes its own copy of the values (the queue keeps them);
+    #: storage that copies rows as it inserts them needs none.
+    copy_many: ClassVar[bool] = True
+
+    def _convert(self, val: Any, i: int, copy: bool = True) -> np.ndarray[Any, Any]:
+        """Return an array of component ``i``'s dtype holding ``val``: a fresh one, or with
+        ``copy=False`` ``val`` itself when it already is such an array."""
         dtype = self.dtypes[i]
         if dtype.kind == "O":
             if isinstance(val, np.ndarray) and val.dtype.kind not in "OSU":
@@ -303,7 +308,7 @@ class TypedCodec:
         ):
             self._mismatch(i, src.dtype)
         try:
-            return np.array(src, dtype=dtype)
+            return np.array(src, dtype=dtype) if copy else np.asarray(src, dtype=dtype)
         except (ValueError, TypeError, OverflowError) as exc:
             raise InvalidArgumentError(
                 f"Type mismatch in tuple component {i}. Expected {tf_dtype_name(dtype)}, "
@@ -351,7 +356,8 @@ class TypedCodec:
             InvalidArgumentError: wrong structure, dtype, rank, shape or unequal batch sizes.
         """
         comps = self._components(vals)
-        arrays = [self._convert(val, i) for i, val in enumerate(comps)]
+        copy = self.copy_many
+        arrays = [self._convert(val, i, copy) for i, val in enumerate(comps)]
         batch = -1
         for i, arr in enumerate(arrays):
             if arr.ndim == 0:

@@ -27,6 +27,8 @@ __all__ = ["SlabCodec"]
 #: Rows allocated the first time: small, so an idle queue with a large capacity costs
 #: little; the slab doubles as elements arrive.
 _INITIAL_ROWS: Final = 64
+#: The largest slab reserved whole for a bounded queue (address space, not memory).
+_RESERVE_BYTES: Final = 8 << 30
 
 
 class SlabCodec(TypedCodec):
@@ -37,9 +39,13 @@ class SlabCodec(TypedCodec):
     :meth:`decode_many` copy slots out and free them.
     """
 
-    __slots__ = ("_cols", "_free", "_objects", "_rows")
+    __slots__ = ("_cols", "_free", "_limit", "_objects", "_rows")
 
-    def __init__(self, codec: TypedCodec) -> None:
+    # Rows are copied into the slab as they are inserted: enqueue_many needs no copy of
+    # its own. (A blocked enqueue_many reads the caller's arrays until its rows are in.)
+    copy_many = False
+
+    def __init__(self, codec: TypedCodec, capacity: int) -> None:
         # Adopt the validated description rather than parsing it again.
         for attr in TypedCodec.__slots__:
             setattr(self, attr, getattr(codec, attr))
@@ -51,6 +57,8 @@ class SlabCodec(TypedCodec):
             for dtype, shape in zip(self.dtypes, fixed, strict=True)
         ]
         self._free: list[int] = []
+        # The queue's capacity: a bounded queue's slab is reserved at about this size.
+        self._limit = capacity
         # Object components hold references: cleared on free so nothing outlives its slot.
         self._objects = [i for i, dtype in enumerate(self.dtypes) if dtype.kind == "O"]
         # Rows (not slots) stored or held by dequeuers: while 0, a batch is all slots.
@@ -63,7 +71,18 @@ class SlabCodec(TypedCodec):
 
     def _grow(self, need: int) -> None:
         old = self.allocated
-        new = max(2 * old, old + need, _INITIAL_ROWS)
+        # Slots in use are the stored elements plus those a blocked dequeue_many holds, so
+        # a full queue needs more than its capacity: reserve a quarter more.
+        reserve = self._limit + self._limit // 4
+        if not old and reserve * self._row_bytes() <= _RESERVE_BYTES:
+            # A bounded queue reserves at once: np.empty touches no page, so memory is used
+            # only as rows arrive, and the slab rarely has to be copied.
+            new = max(reserve, need)
+        else:
+            # Geometric growth, so copies stay amortised even past the reserve.
+            new = max(old + old // 2, old + need, _INITIAL_ROWS)
+            if old < self._limit:
+                new = min(new, max(reserve, old + need))
         cols = []
         for col in self._cols:
             grown = np.empty((new, *col.shape[1:]), dtype=col.dtype)
@@ -77,6 +96,9 @@ class SlabCodec(TypedCodec):
         """Store one element from ``enqueue`` as its own row (see the module docstring)."""
         self._rows += 1
         return row
+
+    def _row_bytes(self) -> int:
+        return sum(col.itemsize * int(np.prod(col.shape[1:])) for col in self._cols)
 
     def store_many(self, rows: list[Row]) -> list[int]:
         """Copy encoded elements into free slots and return the slots, in order.

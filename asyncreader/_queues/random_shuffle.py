@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import operator
 import random
+import sys
 from typing import Any, ClassVar, SupportsIndex
 
 import numpy as np
@@ -88,7 +89,8 @@ class RandomShuffleQueue(QueueBase):
         del shared_name, container
         codec = _make_codec(dtypes, shapes, names)
         if isinstance(codec, TypedCodec) and codec.shapes is not None:
-            codec = SlabCodec(codec)
+            cap = as_int(capacity) if capacity is not None else None
+            codec = SlabCodec(codec, cap if cap is not None and cap >= 0 else sys.maxsize)
         super().__init__(capacity, codec, name)
         mad = as_int(min_after_dequeue)
         if mad is None:
