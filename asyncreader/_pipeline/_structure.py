@@ -56,11 +56,12 @@ class Structure:
         InvalidArgumentError: if the example has no components.
     """
 
-    __slots__ = ("_keys", "_kind", "_make", "size")
+    __slots__ = ("_keys", "_kind", "_make", "_named", "size")
 
     def __init__(self, example: object, what: str = "batch") -> None:
         self._keys: tuple[Any, ...] = ()
         self._make: Callable[[list[Any]], Any] | None = None
+        self._named: Any = None
         if isinstance(example, Mapping):
             self._kind = _DICT
             self._keys = tuple(sorted(example, key=str))
@@ -70,7 +71,7 @@ class Structure:
             self.size = len(example)
             fields = getattr(type(example), "_fields", None)
             if fields is not None:  # a named tuple comes back as the same named tuple
-                cls = type(example)
+                cls = self._named = type(example)
                 self._make = lambda comps: cls(*comps)
         elif isinstance(example, list):
             self._kind = _LIST
@@ -135,6 +136,39 @@ class Structure:
             return list(components)
         return components[0]
 
+    def to_state(self) -> dict[str, Any]:
+        """Return the layout as a checkpoint value (see :meth:`from_state`)."""
+        named = None
+        if self._named is not None:
+            cls = self._named
+            named = [cls.__module__, cls.__qualname__, list(cls._fields)]
+        return {"kind": self._kind, "keys": list(self._keys), "size": self.size, "named": named}
+
+    @classmethod
+    def from_state(cls, state: Any) -> Structure:
+        """Rebuild a layout saved by :meth:`to_state`.
+
+        A named tuple type is imported again by its module and name when it can be, else
+        rebuilt with the same fields.
+
+        Raises:
+            InvalidArgumentError: the value is not a saved layout.
+        """
+        try:
+            kind, keys, size, named = state["kind"], state["keys"], state["size"], state["named"]
+        except (TypeError, KeyError):
+            raise InvalidArgumentError("malformed example layout in checkpoint") from None
+        if kind not in (_DICT, _TUPLE, _LIST, _BARE):
+            raise InvalidArgumentError(f"unknown example layout {kind!r} in checkpoint")
+        out = cls.__new__(cls)
+        out._kind, out._keys, out.size = kind, tuple(keys), int(size)
+        out._make = out._named = None
+        if named is not None:
+            module, qualname, fields = named
+            named_type = out._named = _import_named(module, qualname, fields)
+            out._make = lambda comps: named_type(*comps)
+        return out
+
     def describe(self) -> str:
         """Return a short description of the layout for messages and reprs."""
         if self._kind == _DICT:
@@ -145,6 +179,22 @@ class Structure:
 
     def __repr__(self) -> str:
         return f"<Structure {self.describe()}>"
+
+
+def _import_named(module: str, qualname: str, fields: list[str]) -> Any:
+    """Return the named tuple type ``module.qualname``, or one with the same fields."""
+    import collections
+    import importlib
+
+    try:
+        found: Any = importlib.import_module(module)
+        for part in qualname.split("."):
+            found = getattr(found, part)
+        if isinstance(found, type) and list(getattr(found, "_fields", ())) == list(fields):
+            return found
+    except (ImportError, AttributeError):
+        pass
+    return collections.namedtuple(qualname.rsplit(".", 1)[-1], fields)
 
 
 def _describe(example: object) -> str:

@@ -36,6 +36,8 @@ import anyio
 import numpy as np
 
 from .._errors import InvalidArgumentError, OutOfRangeError
+from .._runtime.checkpoint import owned_resources
+from .._runtime.context import current_session
 from ._common import resolve_coordinator
 from ._structure import (
     Shape,
@@ -263,6 +265,7 @@ class Batcher:
     """
 
     __slots__ = (
+        "__weakref__",
         "_allow_smaller",
         "_batch_size",
         "_batches",
@@ -277,6 +280,7 @@ class Batcher:
         "_num_threads",
         "_queue",
         "_ready",
+        "_restore",
         "_runner",
         "_seed",
         "_shapes",
@@ -340,14 +344,57 @@ class Batcher:
         self._enqueued = 0
         self._dropped = 0
         self._batches = 0
+        self._restore: Any = None
+        session = current_session()
+        if session is not None:
+            if session.deterministic:
+                self._check_deterministic()
+            session._checkpointer.register(
+                "batcher", self, Batcher._checkpoint_save, Batcher._checkpoint_restore
+            )
         self._coord.start_soon(self._start, threads_per_source, name=f"{what}-start")
+
+    def _check_deterministic(self) -> None:
+        """Refuse what makes batches depend on task timing in a deterministic Session."""
+        what = self._what
+        if self._num_threads != 1:
+            raise InvalidArgumentError(
+                f"{what}: a deterministic Session needs one task filling the queue "
+                f"(num_threads=1 and one example source), not {self._num_threads}"
+            )
+        if self._kind == _SHUFFLE:
+            if self._seed is None:
+                raise InvalidArgumentError(f"{what}: a deterministic Session needs a seed")
+            if self._capacity is None or self._capacity < (
+                self._min_after_dequeue + self._batch_size
+            ):
+                raise InvalidArgumentError(
+                    f"{what}: a deterministic Session needs capacity >= min_after_dequeue + "
+                    f"batch_size ({self._min_after_dequeue} + {self._batch_size}), "
+                    f"not {self._capacity}"
+                )
 
     # -- setup ---------------------------------------------------------------------------
 
     async def _start(self, threads_per_source: int) -> None:
         """Fetch the first example, build the queue from it, then start the runner."""
+        session = current_session()
+        if session is None:
+            await self._start_runner(threads_per_source)
+            return
+        # A stage task: a checkpoint waits while it fetches the first example.
+        with session._checkpointer.stage(f"{self._what}-start"):
+            await self._start_runner(threads_per_source)
+
+    async def _start_runner(self, threads_per_source: int) -> None:
         from .. import QueueRunner
 
+        if self._restore is not None:
+            try:
+                self._start_restored(threads_per_source)
+            finally:
+                self._ready.set()
+            return
         try:
             live: list[_Source] = []
             first: Any = _NOTHING
@@ -369,9 +416,62 @@ class Batcher:
         finally:
             self._ready.set()
 
-    def _make_queue(self, first: object) -> Any:
-        from .. import FIFOQueue, PaddingFIFOQueue, RandomShuffleQueue
+    def _start_restored(self, threads_per_source: int) -> None:
+        """Rebuild the queue from the checkpoint instead of a first example."""
+        from .. import QueueRunner
 
+        tree, self._restore = self._restore, None
+        self._structure = Structure.from_state(tree["structure"])
+        queue_tree = tree["queue"]
+        config = queue_tree["config"]
+        dtypes = list(config["dtypes"])
+        shapes = [tuple(s) for s in config["shapes"]]
+        self._queue = self._new_queue(dtypes, shapes)
+        self._queue._checkpoint_restore(queue_tree)
+        for index, comps in tree["pending"]:
+            self._sources[index].pending = self._structure.pack(comps)
+        if self._queue.is_closed():
+            return  # the input had ended: what is stored drains
+        ops = [_EnqueueStep(self, s) for s in self._sources for _ in range(threads_per_source)]
+        self._runner = QueueRunner(self._queue, ops)
+        self._runner.start(coord=self._coord)
+
+    def _checkpoint_save(self) -> dict[str, Any]:
+        queue = self._queue
+        header = {"what": self._what, "kind": self._kind, "batch_size": self._batch_size}
+        counters = (self._enqueued, self._dropped, self._batches)
+        if queue is None:
+            return {**header, "queue": None, "counters": counters}
+        structure = self._structure_or_fail()
+        pending = [
+            [source.index, list(structure.flatten(source.pending))]
+            for source in self._sources
+            if source.pending is not _NOTHING
+        ]
+        return {
+            **header,
+            "structure": structure.to_state(),
+            "queue": queue._checkpoint_save(),
+            "pending": pending,
+            "counters": counters,
+        }
+
+    def _checkpoint_restore(self, tree: Any) -> None:
+        try:
+            header = (tree["what"], tree["kind"], tree["batch_size"])
+            counters = tuple(int(c) for c in tree["counters"])
+        except (TypeError, KeyError, ValueError):
+            raise InvalidArgumentError(f"{self._what}: malformed checkpoint") from None
+        if header != (self._what, self._kind, self._batch_size):
+            raise InvalidArgumentError(
+                f"checkpoint of {header[0]} (batch_size {header[2]}) does not fit this "
+                f"{self._what} (batch_size {self._batch_size})"
+            )
+        self._enqueued, self._dropped, self._batches = counters
+        if tree["queue"] is not None:
+            self._restore = tree
+
+    def _make_queue(self, first: object) -> Any:
         structure = self._structure_or_fail()
         comps = structure.flatten(first)
         specs = [
@@ -385,14 +485,29 @@ class Batcher:
             shapes = [tuple(None for _ in s) for _, s in specs]
         else:
             shapes = [s for _, s in specs]
+        return self._new_queue(dtypes, shapes)
+
+    def _new_queue(self, dtypes: list[Any], shapes: list[Shape]) -> Any:
+        from .. import FIFOQueue, PaddingFIFOQueue, RandomShuffleQueue
+
         capacity = self._capacity
-        if self._kind == _SHUFFLE:
-            return RandomShuffleQueue(
-                capacity, self._min_after_dequeue, dtypes, shapes, seed=self._seed
-            )
-        if self._kind == _PADDING:
-            return PaddingFIFOQueue(capacity, dtypes, shapes)
-        return FIFOQueue(capacity, dtypes, _fixed(shapes))
+        session = current_session()
+        deterministic = session is not None and session.deterministic
+        with owned_resources():  # saved with the batcher's checkpoint
+            if self._kind == _SHUFFLE:
+                hold = self._min_after_dequeue
+                if deterministic:
+                    # Hand out a batch only from a full queue: which elements it holds
+                    # then does not depend on how far the filling task ran ahead.
+                    assert capacity is not None
+                    hold = capacity - self._batch_size
+                queue = RandomShuffleQueue(capacity, hold, dtypes, shapes, seed=self._seed)
+                if deterministic:
+                    queue._atomic_many = True
+                return queue
+            if self._kind == _PADDING:
+                return PaddingFIFOQueue(capacity, dtypes, shapes)
+            return FIFOQueue(capacity, dtypes, _fixed(shapes))
 
     def _structure_or_fail(self) -> Structure:
         assert self._structure is not None

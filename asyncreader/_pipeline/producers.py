@@ -25,6 +25,8 @@ import anyio
 import numpy as np
 
 from .._errors import FailedPreconditionError, InvalidArgumentError, OutOfRangeError
+from .._runtime.checkpoint import owned_resources
+from .._runtime.context import current_session
 from ._common import resolve_coordinator
 from ._structure import format_shape
 
@@ -280,6 +282,29 @@ class InputProducer:
         self._epoch = epoch
         self._resume_position = position
 
+    def _checkpoint_save(self) -> dict[str, Any]:
+        state = self.state()
+        return {
+            "what": self._what,
+            "rows": len(self._rows),
+            "epoch": state.epoch,
+            "position": state.position,
+            "rng_state": state.rng_state,
+        }
+
+    def _checkpoint_restore(self, tree: Any) -> None:
+        try:
+            what, rows = tree["what"], tree["rows"]
+            state = ProducerState(tree["epoch"], tree["position"], tree["rng_state"])
+        except (TypeError, KeyError):
+            raise InvalidArgumentError(f"{self._what}: malformed checkpoint") from None
+        if what != self._what or rows != len(self._rows):
+            raise InvalidArgumentError(
+                f"checkpoint of a {what} over {rows} rows does not fit this {self._what} "
+                f"over {len(self._rows)} rows"
+            )
+        self.restore(state)
+
     def statistics(self) -> ProducerStatistics:
         """Return a snapshot of the epoch counters and the queue's fill level."""
         size = int(self._queue.size())
@@ -338,13 +363,21 @@ def _start(
     from .. import FIFOQueue, QueueRunner
 
     owner = resolve_coordinator(coord, what)
+    session = current_session()
+    if session is not None and session.deterministic and shuffle and seed is None:
+        raise InvalidArgumentError(f"{what}: a deterministic Session needs a seed for shuffle=True")
     # The resource metaclass adds shared_name= to the constructor; typing can't see it.
     queue_type: Any = FIFOQueue
-    queue = queue_type(
-        capacity, rows.dtype, tuple(rows.shape[1:]), name=name, shared_name=shared_name
-    )
+    with owned_resources():  # the producer's state stands for the queue's contents
+        queue = queue_type(
+            capacity, rows.dtype, tuple(rows.shape[1:]), name=name, shared_name=shared_name
+        )
     producer = InputProducer(what, rows, queue, num_epochs=num_epochs, shuffle=shuffle, seed=seed)
     _producers[queue] = producer
+    if session is not None:
+        session._checkpointer.register(
+            "producer", producer, InputProducer._checkpoint_save, InputProducer._checkpoint_restore
+        )
     QueueRunner(queue, [producer]).start(coord=owner)
     return queue
 

@@ -31,7 +31,13 @@ from typing import TYPE_CHECKING, Any, ClassVar, SupportsIndex
 import anyio
 from anyio.lowlevel import checkpoint
 
-from .._errors import InvalidArgumentError, OutOfRangeError, QueueClosedError
+from .._errors import (
+    FailedPreconditionError,
+    InvalidArgumentError,
+    OutOfRangeError,
+    QueueClosedError,
+)
+from .._runtime.checkpoint import current_stage
 from .._runtime.resources import SharedResource
 
 if TYPE_CHECKING:
@@ -138,10 +144,26 @@ def _new_wakeup() -> _AsyncioWakeup | _TrioWakeup:
 class _Waiter:
     """One blocked attempt."""
 
-    __slots__ = ("error", "event", "items", "kind", "need", "pos", "taken", "up_to", "woken")
+    __slots__ = (
+        "error",
+        "event",
+        "ghost",
+        "items",
+        "kind",
+        "need",
+        "pos",
+        "stage",
+        "taken",
+        "up_to",
+        "woken",
+    )
 
     def __init__(self, kind: int) -> None:
         self.kind = kind
+        # A restored enqueue (or close) whose task is gone: the queue runs it itself.
+        self.ghost = False
+        # Made by a pipeline stage's task (see asyncreader._runtime.checkpoint).
+        self.stage = False
         self.woken = True  # True while the attempt runs: nobody needs to wake it
         self.event: _AsyncioWakeup | _TrioWakeup | None = None
         self.error: BaseException | None = None
@@ -182,11 +204,13 @@ class QueueBase(SharedResource):
     """
 
     _resource_kind: ClassVar[str] = "queue"
+    #: Sessions save queues built in them in their checkpoints under this kind.
+    _checkpoint_kind: ClassVar[str] = "queue"
     #: The type name TensorFlow quotes in enqueue and single-dequeue messages.
     _kind_name: ClassVar[str] = "Queue"
     #: The type name quoted in dequeue_many / dequeue_up_to messages.
     _kind_name_many: ClassVar[str] = "Queue"
-    _atomic_many: ClassVar[bool] = False
+    _atomic_many: bool = False
     _counter: ClassVar[itertools.count[int]] = itertools.count(1)
 
     _buf: Any
@@ -314,6 +338,104 @@ class QueueBase(SharedResource):
     def _put_back(self, elems: list[Any]) -> None:
         raise NotImplementedError
 
+    def _stored_rows(self, taken: list[Any]) -> list[Any]:
+        """Return the stored elements, with ``taken`` put back, in the order that
+        :attr:`_push_list` must insert them to rebuild the storage (FIFO storage)."""
+        return taken + list(self._buf)
+
+    # -- checkpoints -------------------------------------------------------------------------
+
+    def _checkpoint_save(self) -> dict[str, Any]:
+        """Return the queue's contents and waiting enqueues as a checkpoint tree.
+
+        Synchronous, so it sees one consistent instant: elements a blocked
+        ``dequeue_many`` holds count as stored (they would be put back); elements a
+        blocked enqueue has not inserted yet are kept as a pending enqueue, which a
+        restored queue inserts by itself, ahead of any new enqueue, as room frees.
+        """
+        codec = self._codec
+        taken: list[Any] = []
+        for w in self._dequeuers:
+            taken.extend(w.taken)
+        pending: list[Any] = []
+        for w in self._enqueuers:
+            if w.kind == _CLOSE:
+                pending.append({"close": True})
+            elif w.pos < len(w.items):
+                pending.append({"items": codec.snapshot_rows(w.items[w.pos :])})
+        return {
+            "type": type(self).__name__,
+            "config": self._shared_config(),
+            "stored": codec.snapshot_rows(self._stored_rows(taken)),
+            "pending": pending,
+            "closed": self._closed,
+            "counters": (self._peak, self._total_in, self._total_out),
+            "extra": self._checkpoint_extra(),
+        }
+
+    def _checkpoint_restore(self, tree: Any) -> None:
+        """Load a tree from :meth:`_checkpoint_save` into this new, unused queue.
+
+        Raises:
+            InvalidArgumentError: the tree comes from a queue of another type or
+                configuration, or is malformed.
+        """
+        try:
+            kind, config = tree["type"], tree["config"]
+        except (TypeError, KeyError):
+            raise InvalidArgumentError(f"malformed checkpoint of queue '{self.name}'") from None
+        if kind != type(self).__name__ or config != self._shared_config():
+            raise InvalidArgumentError(
+                f"checkpoint of {kind} {config} does not fit {type(self).__name__} "
+                f"'{self.name}' {self._shared_config()}"
+            )
+        if self._buf or self._enqueuers or self._dequeuers or self._total_in:
+            raise FailedPreconditionError(f"queue '{self.name}' was used before its restore")
+        codec = self._codec
+        self._push_list(codec.restore_rows(tree["stored"]))
+        for entry in tree["pending"]:
+            w = _Waiter(_CLOSE if "close" in entry else _ENQUEUE)
+            w.ghost = True
+            if "items" in entry:
+                w.items = codec.restore_rows(entry["items"])
+            self._enqueuers.append(w)
+        if tree["closed"]:
+            self._set_closed()
+        self._peak, self._total_in, self._total_out = (int(c) for c in tree["counters"])
+        self._checkpoint_restore_extra(tree["extra"])
+        self._run_ghosts()
+
+    def _checkpoint_extra(self) -> Any:
+        """Storage state beyond the elements (RandomShuffleQueue's generators)."""
+        return None
+
+    def _checkpoint_restore_extra(self, extra: Any) -> None:
+        """Restore what :meth:`_checkpoint_extra` returned."""
+
+    def _run_ghosts(self) -> None:
+        """Run restored enqueues at the head of the enqueue side, as far as room allows."""
+        side = self._enqueuers
+        while side and side[0].ghost:
+            w = side[0]
+            if w.kind == _CLOSE:
+                side.popleft()
+                if not self._closed:
+                    self._set_closed()
+                continue
+            if self._closed:  # as the enqueue it stands for would have failed
+                side.popleft()
+                continue
+            room = self._cap - len(self._buf)
+            if room <= 0:
+                return
+            end = min(len(w.items), w.pos + room)
+            self._push_list(w.items[w.pos : end])
+            self._note_inserted(end - w.pos)
+            w.pos = end
+            if end < len(w.items):
+                return
+            side.popleft()
+
     # -- errors ------------------------------------------------------------------------------
 
     def _closed_error(self) -> QueueClosedError:
@@ -330,6 +452,8 @@ class QueueBase(SharedResource):
 
     def _notify(self) -> None:
         """Wake the head attempt of each side if it can now make progress."""
+        if self._enqueuers and self._enqueuers[0].ghost:
+            self._run_ghosts()
         if self._enqueuers:
             w = self._enqueuers[0]
             if not w.woken and (w.kind == _CLOSE or self._closed or len(self._buf) < self._cap):
@@ -345,7 +469,7 @@ class QueueBase(SharedResource):
         if self._closed:
             return True
         if self._atomic_many:
-            return len(self._buf) >= w.need - len(w.taken)
+            return len(self._buf) - self._hold >= w.need - len(w.taken)
         return len(self._buf) > self._hold
 
     def _set_closed(self) -> None:
@@ -355,7 +479,17 @@ class QueueBase(SharedResource):
     async def _wait(self, w: _Waiter) -> None:
         event = w.event = _new_wakeup()
         w.woken = False
-        await event.wait()
+        stage = current_stage()
+        if stage is None:
+            await event.wait()
+            return
+        # A stage task blocked here holds nothing but ``w``: a checkpoint may be taken.
+        w.stage = True
+        stage.waiter = w
+        try:
+            await event.wait()
+        finally:
+            stage.waiter = None
 
     def _note_inserted(self, count: int) -> None:
         self._total_in += count

@@ -176,6 +176,16 @@ class UntypedCodec:
     def check_batchable(self, kind: str) -> None:
         """Untyped queues batch into lists; nothing to check."""
 
+    def snapshot_rows(self, elems: list[Any]) -> Any:
+        """Return stored elements as a checkpoint value (see :meth:`restore_rows`)."""
+        return list(elems)
+
+    def restore_rows(self, value: Any) -> list[Any]:
+        """Return the elements :meth:`snapshot_rows` saved, ready to store."""
+        if not isinstance(value, list):
+            raise InvalidArgumentError("malformed checkpoint of an untyped queue")
+        return list(value)
+
     def config(self) -> dict[str, object]:
         return {"dtypes": None, "shapes": None, "names": None}
 
@@ -401,6 +411,47 @@ class TypedCodec:
                 f"{kind}'s DequeueMany and DequeueUpTo require the components to have "
                 "specified shapes."
             )
+
+    def snapshot_rows(self, rows: list[Any]) -> Any:
+        """Return stored elements as a checkpoint value, without removing them.
+
+        With fully defined shapes, one stacked array per component (a few large copies);
+        otherwise one list of components per element.
+        """
+        if self.shapes is not None and not any(None in s for s in self.shapes):
+            return {"stacked": self._gather(rows)}
+        return {"rows": [[chunk[j][i] for j in range(len(chunk))] for chunk, i in rows]}
+
+    def _gather(self, rows: list[Any]) -> list[np.ndarray[Any, Any]]:
+        shapes = self.shapes
+        assert shapes is not None
+        k = len(rows)
+        out = [
+            np.empty((k, *(d or 0 for d in shape)), dtype=dtype)
+            for dtype, shape in zip(self.dtypes, shapes, strict=True)
+        ]
+        for p, (chunk, i) in enumerate(rows):
+            for dst, src in zip(out, chunk, strict=True):
+                dst[p] = src[i]
+        return out
+
+    def restore_rows(self, value: Any) -> list[Row]:
+        """Return the elements :meth:`snapshot_rows` saved, as rows ready to store.
+
+        Raises:
+            InvalidArgumentError: the value does not fit this queue's components.
+        """
+        names = self.names
+
+        def element(comps: Any) -> Any:
+            return tuple(comps) if names is None else dict(zip(names, comps, strict=True))
+
+        try:
+            if "stacked" in value:
+                return self.encode_many(element(value["stacked"]))
+            return [self.encode_one(element(comps)) for comps in value["rows"]]
+        except (TypeError, KeyError) as exc:
+            raise InvalidArgumentError(f"malformed checkpoint of a typed queue: {exc}") from None
 
     def decode_many(self, rows: list[Row]) -> Any:
         """Stack each component of ``rows`` into one array with a leading batch dimension."""

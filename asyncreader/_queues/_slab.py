@@ -167,6 +167,21 @@ class SlabCodec(TypedCodec):
         self._release(idx, slots)
         return self._structure(values)
 
+    def _gather(self, rows: list[Any]) -> list[np.ndarray[Any, Any]]:
+        """Copy stored elements (slots or rows) out, in order, without freeing them."""
+        k = len(rows)
+        out = [np.empty((k, *col.shape[1:]), dtype=col.dtype) for col in self._cols]
+        is_slot = [type(r) is int for r in rows]
+        pos = np.flatnonzero(is_slot)
+        idx = np.array([rows[p] for p in pos], dtype=np.intp)
+        for dst, col in zip(out, self._cols, strict=True):
+            dst[pos] = col[idx]
+        for p in np.flatnonzero(np.logical_not(is_slot)).tolist():
+            chunk, i = rows[p]
+            for dst, src in zip(out, chunk, strict=True):
+                dst[p] = src[i]
+        return out
+
     def _release(self, idx: np.ndarray[Any, Any], slots: list[int]) -> None:
         for j in self._objects:
             self._cols[j][idx] = None

@@ -81,7 +81,7 @@ class PriorityQueue(QueueBase):
 
     _kind_name: ClassVar[str] = "PriorityQueue"
     _kind_name_many: ClassVar[str] = "PriorityQueue"
-    _atomic_many: ClassVar[bool] = True
+    _atomic_many = True
 
     _buf: list[tuple[int, int, Any]]
 
@@ -142,6 +142,10 @@ class PriorityQueue(QueueBase):
 
     def _put_back(self, elems: list[Any]) -> None:
         self._heap_push_list(elems)
+
+    def _stored_rows(self, taken: list[Any]) -> list[Any]:
+        # In priority (then insertion) order: re-inserted, ties keep their order.
+        return [entry[2] for entry in sorted(self._buf, key=lambda e: (e[0], e[1]))] + taken
 
     def _check_n(self, n: SupportsIndex, up_to: bool) -> int:
         count = self._check_count(n, up_to)

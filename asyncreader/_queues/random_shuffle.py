@@ -185,3 +185,20 @@ class RandomShuffleQueue(QueueBase):
 
     def _put_back(self, elems: list[Any]) -> None:
         self._buf.extend(elems)
+
+    def _stored_rows(self, taken: list[Any]) -> list[Any]:
+        # Restored in this order, the elements take the same indices: the same draws.
+        return self._buf + taken
+
+    def _checkpoint_extra(self) -> Any:
+        single: random.Random = self._random.__self__  # type: ignore[attr-defined]
+        return {"random": single.getstate(), "batch": self._batch_rng.bit_generator.state}
+
+    def _checkpoint_restore_extra(self, extra: Any) -> None:
+        try:
+            self._random.__self__.setstate(extra["random"])  # type: ignore[attr-defined]
+            self._batch_rng.bit_generator.state = extra["batch"]
+        except (TypeError, ValueError, KeyError) as exc:
+            raise InvalidArgumentError(
+                f"checkpoint of RandomShuffleQueue '{self.name}' has a bad generator state: {exc}"
+            ) from None

@@ -214,6 +214,8 @@ class ReaderBase(SharedResource, ABC):
     """
 
     _resource_kind: ClassVar[str] = "reader"
+    #: Sessions save readers built in them in their checkpoints under this kind.
+    _checkpoint_kind: ClassVar[str] = "reader"
     #: Whether states use TensorFlow's ``ReaderBaseState`` bytes (no work in progress).
     _tf_state: ClassVar[bool] = False
     #: Whether the class fills a record buffer through :meth:`_fill` (built-in readers).
@@ -547,6 +549,12 @@ class ReaderBase(SharedResource, ABC):
         self._work = parsed.current_work
         if parsed.work_finished < parsed.work_started:
             self._resume = parsed.extra
+
+    def _checkpoint_save(self) -> bytes:
+        return self.serialize_state()
+
+    def _checkpoint_restore(self, state: Any) -> None:
+        self.restore_state(state)
 
     def _parse_state(self, data: bytes) -> ReaderState:
         if self._tf_state:

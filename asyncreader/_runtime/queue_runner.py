@@ -37,6 +37,7 @@ from . import context
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Iterable, Sequence
 
+    from .checkpoint import Checkpointer, StageTask
     from .coordinator import Coordinator
 
 __all__ = ["QueueRunner", "QueueRunnerStatistics"]
@@ -219,10 +220,30 @@ class QueueRunner:
         return [*names, watcher]
 
     async def _run(self, coord: Coordinator, op: Callable[[], Awaitable[Any]]) -> None:
+        session = context.current_session()
+        if session is None:
+            await self._loop(coord, op, None, None)
+            return
+        pause = session._checkpointer
+        with pause.stage(f"QueueRunner-{self.name}", self._queue) as stage:
+            await self._loop(coord, op, pause, stage)
+
+    async def _loop(
+        self,
+        coord: Coordinator,
+        op: Callable[[], Awaitable[Any]],
+        pause: Checkpointer | None,
+        stage: StageTask | None,
+    ) -> None:
         ended_cleanly = False
         budget = CHECKPOINT_INTERVAL
         try:
             while not coord.should_stop():
+                if pause is not None and pause.paused:
+                    # A checkpoint is being taken: hold nothing until it is.
+                    await pause.park(stage)  # type: ignore[arg-type]
+                    if coord.should_stop():
+                        break
                 try:
                     await op()
                 except self._closed_types:

@@ -33,9 +33,11 @@ from typing import TYPE_CHECKING, Any, Self, TypeVar, TypeVarTuple
 
 import anyio
 import anyio.lowlevel
+import numpy as np
 
-from .._errors import FailedPreconditionError
+from .._errors import FailedPreconditionError, InvalidArgumentError
 from . import context, stages
+from .checkpoint import Checkpointer
 from .coordinator import Coordinator, CoordinatorStatistics
 from .resources import ResourceMgr
 
@@ -51,6 +53,22 @@ T = TypeVar("T")
 Ts = TypeVarTuple("Ts")
 
 _CLOSED_MESSAGE = "Attempted to use a closed Session."
+
+
+class _TrackedState:
+    """A :meth:`Session.track_state` entry (held by the session)."""
+
+    __slots__ = ("__weakref__", "_restore", "_save")
+
+    def __init__(self, save: Callable[[], Any], restore: Callable[[Any], None]) -> None:
+        self._save = save
+        self._restore = restore
+
+    def save(self) -> Any:
+        return self._save()
+
+    def restore(self, value: Any) -> None:
+        self._restore(value)
 
 
 @dataclass(frozen=True)
@@ -77,10 +95,26 @@ class Session:
     calls through it or building resources inside its block raise
     :class:`~asyncreader.FailedPreconditionError`.
 
+    Checkpoints: ``await sess.checkpoint()`` returns the state of the whole pipeline built
+    in the session as bytes; a new session given them as ``restore=`` restores each
+    component as the same pipeline code builds it again, so the stream continues where it
+    was. See :meth:`checkpoint`.
+
     Args:
         clean_stop_exception_types: Passed to the session's :class:`Coordinator`.
         stop_grace_period: Passed to the session's :class:`Coordinator`: seconds its tasks
             get to end by themselves after a stop request before they are cancelled.
+        restore: Bytes from :meth:`checkpoint`: producers, readers, queues, batchers and
+            tracked states built in this session continue from them.
+        deterministic: Run pipelines so that, with the same seeds, the stream does not
+            depend on task timing: a restored run then continues exactly as the
+            uninterrupted one would. Batchers must use one task (``num_threads=1``, one
+            source); shuffling producers, queues and batchers need a ``seed``; a shuffle
+            batcher hands out a batch only when its queue is full (its
+            ``min_after_dequeue`` becomes ``capacity - batch_size``).
+
+    Raises:
+        InvalidArgumentError: ``restore`` is not a valid checkpoint.
 
     Attributes:
         coord: The session's coordinator.
@@ -94,12 +128,16 @@ class Session:
         *,
         clean_stop_exception_types: Iterable[type[BaseException]] | None = None,
         stop_grace_period: float | None = 0.0,
+        restore: bytes | None = None,
+        deterministic: bool = False,
     ) -> None:
+        self._checkpointer = Checkpointer(restore, deterministic)
         self.coord = Coordinator(clean_stop_exception_types, stop_grace_period=stop_grace_period)
         self.resources = ResourceMgr()
         # id -> weak reference (or the object itself when it cannot be weakly referenced).
         self._tracked: dict[int, Any] = {}
         self._runs: set[anyio.CancelScope] = set()
+        self._states: list[_TrackedState] = []
         self._closed = False
         self._closing = False
         self._entered = False
@@ -215,6 +253,12 @@ class Session:
         except TypeError:  # no __weakref__ slot: keep it alive instead
             held = resource
         self._tracked[key] = held
+        kind = getattr(resource, "_checkpoint_kind", None)
+        if kind is not None and not self._checkpointer.owned():
+            cls: Any = type(resource)
+            self._checkpointer.register(
+                kind, resource, cls._checkpoint_save, cls._checkpoint_restore
+            )
 
     def _forget(self, key: int) -> Callable[[weakref.ref[Any]], None]:
         session = weakref.ref(self)  # the callback must not keep the session alive
@@ -279,6 +323,102 @@ class Session:
             context._session.reset(session_token)
         # Only the session cancels this scope, so getting here means it was closed.
         raise FailedPreconditionError("The Session was closed while this call was running.")
+
+    # -- checkpoints ---------------------------------------------------------------------
+
+    @property
+    def deterministic(self) -> bool:
+        """Whether the session runs pipelines in deterministic mode (see the class)."""
+        return self._checkpointer.deterministic
+
+    async def checkpoint(self, *, timeout: float | None = 60.0) -> bytes:  # noqa: ASYNC109
+        """Return the state of every pipeline component built in the session, as bytes.
+
+        One call captures a consistent cut: input producers (epoch, position, generator
+        state), readers (work counters and the position of the next record, also inside
+        compressed files), queues built in the session (their elements and the elements
+        of enqueues waiting for room), batchers (their queue, generators and the examples
+        in hand) and states added with :meth:`track_state` / :meth:`track_rng`. To get
+        it, the runner tasks are paused: each finishes the operation it is in, or stays
+        blocked in a queue operation, and goes on when the call returns (usually within
+        milliseconds). Batches already handed out count as consumed: call it between
+        training steps, and save the model with it.
+
+        Give the bytes to ``Session(restore=...)`` in a new process and build the same
+        pipeline in it: each component restores itself as it is built, and the
+        remaining stream holds exactly the records the uninterrupted run would have
+        delivered (each once); in deterministic mode also in the same order and batches.
+
+        What it cannot see: data your own tasks hold outside queues, readers and runner
+        operations. An enqueue op of a :class:`~asyncreader.QueueRunner` should end with
+        its one enqueue, as the ops of producers and batchers do.
+
+        Args:
+            timeout: Seconds to wait for the runner tasks to settle (``None``: no limit).
+
+        Returns:
+            A versioned byte string (no pickle inside).
+
+        Raises:
+            TimeoutError: a runner task did not settle in time (it is busy in something
+                other than a queue operation); the message names it.
+            FailedPreconditionError: the session is closed, or a checkpoint is already
+                being taken.
+            InvalidArgumentError: a queue holds elements a checkpoint cannot store (an
+                untyped queue's elements must be numbers, strings, bytes, numpy arrays,
+                or lists, tuples and dicts of them).
+        """
+        self._check_open()
+        return await self._checkpointer.checkpoint(timeout, self._describe_stages)
+
+    def _describe_stages(self) -> str:
+        return ", ".join(f"{s.kind} {s.name!r}: {s.state}" for s in self.stage_statistics())
+
+    def track_state(
+        self, name: str, save: Callable[[], Any], restore: Callable[[Any], None]
+    ) -> None:
+        """Include state of your own in the session's checkpoints, under ``name``.
+
+        ``save()`` is called by :meth:`checkpoint` and returns a value made of numbers,
+        strings, bytes, numpy arrays, lists, tuples and dicts with string keys. When the
+        session was given ``restore=`` bytes holding ``name``, ``restore(value)`` is
+        called at once, with the saved value.
+
+        Raises:
+            InvalidArgumentError: ``name`` is already tracked, or ``restore`` rejects the
+                saved value.
+        """
+        self._check_open()
+        holder = _TrackedState(save, restore)
+        self._states.append(holder)
+        self._checkpointer.register(
+            "state", holder, _TrackedState.save, _TrackedState.restore, key=f"state/{name}"
+        )
+
+    def track_rng(self, name: str, rng: np.random.Generator) -> np.random.Generator:
+        """Include a numpy ``Generator``'s state in the session's checkpoints; return it.
+
+        Random augmentation drawn from a tracked generator continues, after a restore,
+        with the draws the uninterrupted run would have made. Restores the generator at
+        once when the session's ``restore=`` bytes hold ``name``.
+
+        Raises:
+            InvalidArgumentError: ``name`` is already tracked, ``rng`` is not a numpy
+                ``Generator``, or the saved state does not fit its bit generator.
+        """
+        if not isinstance(rng, np.random.Generator):
+            raise InvalidArgumentError(
+                f"track_rng needs a numpy.random.Generator, not {type(rng).__name__}"
+            )
+
+        def restore(state: Any) -> None:
+            try:
+                rng.bit_generator.state = state
+            except (TypeError, ValueError, KeyError) as exc:
+                raise InvalidArgumentError(f"bad generator state for {name!r}: {exc}") from None
+
+        self.track_state(name, lambda: rng.bit_generator.state, restore)
+        return rng
 
     # -- introspection -------------------------------------------------------------------
 
