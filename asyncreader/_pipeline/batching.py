@@ -227,7 +227,6 @@ class _EnqueueStep:
                 comps = _select_rows(comps, keep)  # type: ignore[arg-type]
                 b._dropped += len(keep) - len(comps[0])  # type: ignore[arg-type]
         await self._enqueue(comps)
-        b._enqueued += _batch_len(comps[0]) if self._many else 1
 
     def __repr__(self) -> str:
         return f"<enqueue step of {self._batcher._what} source={self._source.index}>"
@@ -273,7 +272,6 @@ class Batcher:
         "_coord",
         "_dropped",
         "_enqueue_many",
-        "_enqueued",
         "_keep_input",
         "_kind",
         "_min_after_dequeue",
@@ -341,7 +339,6 @@ class Batcher:
         self._queue: Any = None
         self._runner: Any = None
         self._ready = anyio.Event()
-        self._enqueued = 0
         self._dropped = 0
         self._batches = 0
         self._restore: Any = None
@@ -439,7 +436,7 @@ class Batcher:
     def _checkpoint_save(self) -> dict[str, Any]:
         queue = self._queue
         header = {"what": self._what, "kind": self._kind, "batch_size": self._batch_size}
-        counters = (self._enqueued, self._dropped, self._batches)
+        counters = (self._dropped, self._batches)
         if queue is None:
             return {**header, "queue": None, "counters": counters}
         structure = self._structure_or_fail()
@@ -459,7 +456,7 @@ class Batcher:
     def _checkpoint_restore(self, tree: Any) -> None:
         try:
             header = (tree["what"], tree["kind"], tree["batch_size"])
-            counters = tuple(int(c) for c in tree["counters"])
+            dropped, batches = (int(c) for c in tree["counters"])
         except (TypeError, KeyError, ValueError):
             raise InvalidArgumentError(f"{self._what}: malformed checkpoint") from None
         if header != (self._what, self._kind, self._batch_size):
@@ -467,7 +464,7 @@ class Batcher:
                 f"checkpoint of {header[0]} (batch_size {header[2]}) does not fit this "
                 f"{self._what} (batch_size {self._batch_size})"
             )
-        self._enqueued, self._dropped, self._batches = counters
+        self._dropped, self._batches = dropped, batches
         if tree["queue"] is not None:
             self._restore = tree
 
@@ -602,7 +599,11 @@ class Batcher:
             fraction_over_min_after_dequeue=above,
             closed=closed,
             num_threads=self._num_threads,
-            examples_enqueued=self._enqueued,
+            # The queue's own count: rows an enqueue_many inserted before it was stopped
+            # count too. (Only this batcher fills its queue.)
+            examples_enqueued=(
+                self._queue.statistics().total_enqueued if self._queue is not None else 0
+            ),
             examples_dropped=self._dropped,
             batches_dequeued=self._batches,
         )

@@ -320,9 +320,7 @@ def check_outcome(data: Dataset, out: Outcome, seed: int) -> None:
         # counters balance: nothing vanished in a cancelled dequeue.
         assert q.total_dequeued == len(out.received), context
         assert q.total_enqueued == q.total_dequeued + q.size, context
-        # The Batcher counts an enqueue_many only when it completes, so rows a batch
-        # inserted before a stop closed the queue are missing from its count.
-        assert q.total_enqueued >= out.examples_enqueued, (q, out.examples_enqueued, context)
+        assert q.total_enqueued == out.examples_enqueued, (q, out.examples_enqueued, context)
         assert q.closed, context
     if out.mode in ("stop", "cooperative_stop") and q is not None:
         # The consumer drained the queue after the stop closed it.
