@@ -45,7 +45,7 @@ from typing import Any
 
 import numpy as np
 
-from asyncreader._cli import cifar10
+from asyncreader import cifar10
 from asyncreader._cli.demo import default_cache_dir
 
 BATCH = 128

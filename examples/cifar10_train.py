@@ -37,8 +37,8 @@ import anyio
 import numpy as np
 
 import asyncreader as ar
-from asyncreader._cli import cifar10 as cifar10_images
-from asyncreader._cli.model import SoftmaxClassifier
+from asyncreader import cifar10 as cifar10_images
+from asyncreader.cifar10 import SoftmaxClassifier
 
 # Process images of this size (TensorFlow crops 32x32 to 24x24).
 IMAGE_SIZE = cifar10_images.IMAGE_SIZE

@@ -6,7 +6,7 @@ feeds the held-out test set (central crops) to an evaluation pass. The training 
 plain async code: ``images, labels = await batcher.dequeue()`` then a numpy SGD step.
 
 Without ``--data-dir`` the data is the built-in synthetic CIFAR-10 set (see
-:func:`~asyncreader._cli.cifar10.write_synthetic_dataset`), written once to a cache folder.
+:func:`~asyncreader.cifar10.write_synthetic_dataset`), written once to a cache folder.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from typing import TextIO
 import anyio
 import numpy as np
 
-from . import cifar10
+from .. import cifar10
 from .model import SoftmaxClassifier
 from .progress import make_progress
 

@@ -159,7 +159,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             )
             return demo.main(options)
         if args.command == "make-cifar10":
-            from .cifar10 import write_synthetic_dataset
+            from ..cifar10 import write_synthetic_dataset
 
             info = write_synthetic_dataset(args.dir, records_per_file=args.records_per_file)
             verb = "wrote" if info.created else "kept the existing"

@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING
 import pytest
 
 import asyncreader
-from asyncreader._cli.cifar10 import write_synthetic_dataset
 from asyncreader._cli.main import main
+from asyncreader.cifar10 import write_synthetic_dataset
 
 if TYPE_CHECKING:
     from pathlib import Path

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from asyncreader._cli.cifar10 import write_synthetic_dataset
+from asyncreader.cifar10 import write_synthetic_dataset
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 

@@ -19,7 +19,8 @@ from :func:`asyncreader.decode_raw` on the values of one ``read_up_to``):
   augmentation on a worker thread -> ``shuffle_batch(..., enqueue_many=True)``).
 
 :func:`write_synthetic_dataset` writes a CIFAR-10-format data set with learnable class
-structure, so the pipeline runs without a download.
+structure, so the pipeline runs without a download, and :class:`SoftmaxClassifier` is the
+small numpy model ``asyncreader demo`` trains on it.
 """
 
 from __future__ import annotations
@@ -35,10 +36,12 @@ import anyio.to_thread
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
+from ._cli.model import SoftmaxClassifier
+
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-    from .._pipeline.batching import Batcher
+    from ._pipeline.batching import Batcher
 
 __all__ = [
     "DEPTH",
@@ -57,6 +60,7 @@ __all__ = [
     "DatasetInfo",
     "ImageChunker",
     "InputPipeline",
+    "SoftmaxClassifier",
     "central_crop",
     "check_dataset",
     "distort_images",
@@ -427,7 +431,7 @@ class ImageChunker:
         self.records = 0
 
     def _preprocess(self, values: list[bytes]) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
-        from .. import decode_raw
+        from . import decode_raw
 
         images, labels = parse_records(decode_raw(values, np.uint8))
         if self._distort:
@@ -447,7 +451,7 @@ class ImageChunker:
 
 
 def _reader() -> Any:
-    from .. import FixedLengthRecordReader
+    from . import FixedLengthRecordReader
 
     return FixedLengthRecordReader(RECORD_BYTES)
 
@@ -553,7 +557,7 @@ def distorted_pipeline(
     A missing file surfaces from the reader as :class:`~asyncreader.NotFoundError` (it
     stops the Coordinator, whose block re-raises it).
     """
-    from .. import shuffle_batch_join, string_input_producer
+    from . import shuffle_batch_join, string_input_producer
 
     filenames = [os.path.join(data_dir, name) for name in TRAIN_FILES]
     filename_queue = string_input_producer(filenames, seed=seed, coord=coord)
@@ -612,7 +616,7 @@ def inputs(
     Raises:
         FailedPreconditionError: no Coordinator is current and none was given.
     """
-    from .. import batch, string_input_producer
+    from . import batch, string_input_producer
 
     names = [TEST_FILE] if eval_data else list(TRAIN_FILES)
     filenames = [os.path.join(data_dir, name) for name in names]
