@@ -19,7 +19,7 @@ import os
 import re
 from typing import TYPE_CHECKING, Any, Final, Protocol, runtime_checkable
 
-from .._errors import FailedPreconditionError, map_io_errors
+from .._errors import DataLossError, FailedPreconditionError, map_io_errors
 
 if TYPE_CHECKING:
     from typing import TypeAlias
@@ -72,9 +72,14 @@ def is_url(work: WorkItem) -> bool:
 
 
 class _LocalFile:
-    """A local file read with unbuffered ``os.read`` calls."""
+    """A local file read with unbuffered ``os.read`` calls.
 
-    __slots__ = ("_f", "_name", "size")
+    A read that ends before the size the file had when it was opened means the file
+    shrank while it was read: that is :class:`DataLossError`, not a quiet end of file
+    (the records that were there are gone).
+    """
+
+    __slots__ = ("_f", "_name", "_pos", "size")
 
     def __init__(self, path: str | bytes, name: str | bytes) -> None:
         self._name = name
@@ -85,26 +90,40 @@ class _LocalFile:
             except BaseException:
                 self._f.close()
                 raise
+        self._pos = 0
 
     def read(self, n: int) -> bytes:
         with map_io_errors(self._name):
-            data = self._f.read(n)
-            if data is None or len(data) >= n or not data:
-                return data or b""
-            # A short read of a regular file is rare (signals); finish the block.
-            parts = [data]
-            have = len(data)
-            while have < n:
-                more = self._f.read(n - have)
-                if not more:
-                    break
-                parts.append(more)
-                have += len(more)
-            return b"".join(parts)
+            data = self._f.read(n) or b""
+            if len(data) < n and data:
+                # A short read of a regular file is rare (signals); finish the block.
+                parts = [data]
+                have = len(data)
+                while have < n:
+                    more = self._f.read(n - have)
+                    if not more:
+                        break
+                    parts.append(more)
+                    have += len(more)
+                data = b"".join(parts)
+            self._pos += len(data)
+            if len(data) < n and self.size is not None and self._pos < self.size:
+                self._check_not_shrunk()
+            return data
+
+    def _check_not_shrunk(self) -> None:
+        now = os.fstat(self._f.fileno()).st_size
+        if now < self._pos or (self.size is not None and now < self.size):
+            raise DataLossError(
+                f"the file shrank from {self.size} to {now} bytes while it was read",
+                work_item=self._name,
+                offset=self._pos,
+            )
 
     def seek(self, offset: int) -> None:
         with map_io_errors(self._name):
             self._f.seek(offset)
+        self._pos = offset
 
     def close(self) -> None:
         self._f.close()
