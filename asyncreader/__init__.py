@@ -40,6 +40,7 @@ from ._decoders.example import (
 from ._decoders.example import (
     parse_single_example as parse_single_example,
 )
+from ._decoders.policy import DecodeErrors as DecodeErrors
 from ._decoders.raw import decode_raw as decode_raw
 from ._errors import (
     AlreadyExistsError as AlreadyExistsError,
@@ -160,6 +161,7 @@ __all__ = [
     "Coordinator",
     "DataLossError",
     "DeadLetter",
+    "DecodeErrors",
     "decode_csv",
     "decode_raw",
     "ErrorPolicy",

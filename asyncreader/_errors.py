@@ -93,7 +93,7 @@ class AsyncReaderError(Exception):
         context: list[str] = []
         if self.work_item is not None:
             context.append(f"work item {_display(self.work_item)}")
-        if self.record is not None:
+        if self.record is not None and not self._names_record():
             record = self.record
             shown = _display(record) if isinstance(record, (bytes, str)) else str(record)
             context.append(f"record {shown}")
@@ -102,6 +102,13 @@ class AsyncReaderError(Exception):
         if not context:
             return self.message
         return f"{self.message} ({', '.join(context)})"
+
+    def _names_record(self) -> bool:
+        """Whether TensorFlow's text already gives the record's index."""
+        record = self.record
+        return isinstance(record, int) and any(
+            f"{word} {record}" in self.message for word in ("record", "element", "Index:")
+        )
 
     def __reduce__(self) -> tuple[object, ...]:
         # Keyword-only fields do not survive the default Exception pickling.

@@ -25,9 +25,13 @@ from .._errors import InvalidArgumentError
 from ._dtypes import STRING, resolve_dtype, tf_name
 from ._numbers import parse_float, parse_int, round_float32_ties
 from ._strings import flatten_strings, to_bytes
+from .policy import check_keys, check_on_error, check_skip_shape, decode_guarded
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
+
+    from .._readers.policy import OnError
+    from .policy import DecodeErrors
 
 __all__ = ["decode_csv"]
 
@@ -67,6 +71,9 @@ def decode_csv(
     use_quote_delim: bool = True,
     na_value: str | bytes = "",
     select_cols: Sequence[int] | None = None,
+    *,
+    on_error: OnError | DecodeErrors = None,
+    keys: object = None,
 ) -> list[np.ndarray]:
     """Convert CSV records to one numpy array per column, as ``tf.io.decode_csv`` does.
 
@@ -97,9 +104,16 @@ def decode_csv(
         use_quote_delim: Whether ``"`` quotes fields; if False it is an ordinary character.
         na_value: A field equal to this is treated as missing.
         select_cols: Increasing column indices to keep, one per ``record_defaults`` entry.
+        on_error: ``None`` / ``"raise"`` (TensorFlow's behaviour) raises the first bad
+            record's error; a :class:`~asyncreader.DecodeErrors` with a skipping policy drops
+            bad records instead (``records`` must then be a 1-D batch) and notes them as
+            dead letters; ``errors.kept`` gives the positions of the rows returned.
+        keys: The batch's reader keys, one per record: errors and dead letters then name
+            the file and record key instead of a position in the batch.
 
     Returns:
-        One array per ``record_defaults`` entry, each shaped like ``records``.
+        One array per ``record_defaults`` entry, each shaped like ``records`` (with bad
+        records skipped: one row per kept record).
 
     Raises:
         InvalidArgumentError: (always with TensorFlow's text; ``record`` is the flat record
@@ -112,8 +126,11 @@ def decode_csv(
             cannot have quotes/CRLFs inside``); a record has the wrong number of fields
             (``Expect <n> fields but have <m> in record <i>``); a required field is missing
             (``Field <f> is required but missing in record <i>!``); a value does not parse
-            (``Field <f> in record <i> is not a valid <type>: <text>``).
+            (``Field <f> in record <i> is not a valid <type>: <text>``); skipping was asked
+            for without a DecodeErrors, or for records that are not a 1-D batch; the policy's
+            limits were exceeded (the error of the record that exceeded them, with a note).
     """
+    errors = check_on_error(on_error)
     select = _check_select_cols(select_cols, record_defaults)
     delim = to_bytes(field_delim)
     if len(delim) != 1:
@@ -121,12 +138,26 @@ def decode_csv(
     na = to_bytes(na_value)
     columns = [_column(i, default) for i, default in enumerate(record_defaults)]
     items, shape = flatten_strings(records)
-    if not items:
-        return [np.empty(shape, dtype=column.dtype) for column in columns]
-    outputs = _fast_path(items, columns, delim, use_quote_delim, na, select)
-    if outputs is None:
-        outputs = _exact_path(items, columns, delim[0], use_quote_delim, na, select)
+    key_list = check_keys(keys, len(items))
+    skipping = check_skip_shape(errors, shape)
+
+    def decode(span: range) -> list[np.ndarray]:
+        part = items if len(span) == len(items) else items[span.start : span.stop]
+        if not part:
+            return [np.empty(0, dtype=column.dtype) for column in columns]
+        outputs = _fast_path(part, columns, delim, use_quote_delim, na, select)
+        if outputs is None:
+            outputs = _exact_path(part, columns, delim[0], use_quote_delim, na, select, span.start)
+        return outputs
+
+    outputs = decode_guarded(len(items), decode, _concatenate, errors, key_list)
+    if skipping:
+        return outputs
     return [output.reshape(shape) for output in outputs]
+
+
+def _concatenate(pieces: list[list[np.ndarray]]) -> list[np.ndarray]:
+    return [np.concatenate(column) for column in zip(*pieces, strict=True)]
 
 
 def _check_select_cols(
@@ -279,17 +310,20 @@ def _exact_path(
     use_quote: bool,
     na: bytes,
     select: tuple[int, ...] | None,
+    base: int = 0,
 ) -> list[np.ndarray]:
+    """Split and convert record by record; ``base`` is the position of ``items[0]`` in the
+    caller's batch, for messages and ``record``."""
     count = len(columns)
     values: list[list[object]] = [[] for _ in columns]
-    for i, record in enumerate(items):
+    for i, record in enumerate(items, base):
         try:
             fields = _split_record(record, delim, use_quote, select)
         except _FieldError as exc:
             raise InvalidArgumentError(str(exc), record=i) from None
         if len(fields) != count:
             raise InvalidArgumentError(
-                f"Expect {count} fields but have {len(fields)} in record {i}"
+                f"Expect {count} fields but have {len(fields)} in record {i}", record=i
             )
         for f, (field, column) in enumerate(zip(fields, columns, strict=True)):
             values[f].append(_convert(field, column, f, i, na))
@@ -302,12 +336,16 @@ def _exact_path(
 def _convert(field: bytes, column: _Column, f: int, i: int, na: bytes) -> object:
     if not field or field == na:
         if column.default is None:
-            raise InvalidArgumentError(f"Field {f} is required but missing in record {i}!")
+            raise InvalidArgumentError(
+                f"Field {f} is required but missing in record {i}!", record=i
+            )
         return column.default
     value = _parse(field, column.dtype)
     if value is None:
         text = field.decode("utf-8", "backslashreplace")
-        raise InvalidArgumentError(f"Field {f} in record {i} is not a valid {column.name}: {text}")
+        raise InvalidArgumentError(
+            f"Field {f} in record {i} is not a valid {column.name}: {text}", record=i
+        )
     return value
 
 

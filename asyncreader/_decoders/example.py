@@ -29,9 +29,13 @@ from .._errors import InvalidArgumentError
 from . import _wire
 from ._dtypes import STRING, resolve_dtype, tf_name
 from ._strings import flatten_strings, to_bytes
+from .policy import check_keys, check_on_error, decode_guarded
 
 if TYPE_CHECKING:
     from collections.abc import Iterator, Mapping, Sequence
+
+    from .._readers.policy import OnError
+    from .policy import DecodeErrors
 
 __all__ = [
     "Example",
@@ -499,6 +503,8 @@ def parse_example(
     features: Mapping[str, ParseSpec],
     *,
     example_names: Sequence[str | bytes] | None = None,
+    on_error: OnError | DecodeErrors = None,
+    keys: object = None,
 ) -> ParseResult:
     """Parse a batch of serialized Examples into batched arrays, as ``tf.io.parse_example``.
 
@@ -513,9 +519,16 @@ def parse_example(
         features: What to parse: ``{name: FixedLenFeature | VarLenFeature}``.
         example_names: Optional names of the examples, used in error messages (TensorFlow's
             ``example_names``); otherwise they read ``<unknown>``.
+        on_error: ``None`` / ``"raise"`` (TensorFlow's behaviour) raises the first bad
+            example's error; a :class:`~asyncreader.DecodeErrors` with a skipping policy drops
+            bad examples instead and notes them as dead letters; ``errors.kept`` gives the
+            positions of the examples in the result.
+        keys: The batch's reader keys, one per example: errors and dead letters then name
+            the file and record key.
 
     Returns:
-        One entry per name in ``features``.
+        One entry per name in ``features`` (with bad examples skipped: one row per kept
+        example).
 
     Raises:
         InvalidArgumentError: ``serialized`` is not a vector of bytes; an example is not a
@@ -524,9 +537,11 @@ def parse_example(
             required but could not be found.``); a feature has another type (``Name: <name>,
             Key: <key>, Index: <i>.  Data types don't match. ...``); a fixed-length feature
             has the wrong number of values (``... Number of <type> values != expected.
-            Values size: <n> but output shape: <shape>``). Every error's ``record`` is the
-            index of the example concerned.
+            Values size: <n> but output shape: <shape>``); skipping was asked for without a
+            DecodeErrors; the policy's limits were exceeded. Every error's ``record`` is the
+            index of the example concerned (its key when ``keys`` are given).
     """
+    errors = check_on_error(on_error)
     if isinstance(serialized, (bytes, bytearray, memoryview, str, np.bytes_)):
         return parse_single_example(to_bytes(serialized), features)
     items, shape = flatten_strings(serialized)
@@ -539,7 +554,38 @@ def parse_example(
             raise InvalidArgumentError(
                 f"Expected len(example_names) == len(serialized), got {len(names)} != {len(items)}"
             )
-    return _parse(_check_specs(features), items, names or None, single=False)
+    specs = _check_specs(features)
+    key_list = check_keys(keys, len(items))
+
+    def decode(span: range) -> ParseResult:
+        part = items if len(span) == len(items) else items[span.start : span.stop]
+        return _parse(specs, part, names or None, single=False, base=span.start)
+
+    return decode_guarded(len(items), decode, _concatenate, errors, key_list)
+
+
+def _concatenate(pieces: list[ParseResult]) -> ParseResult:
+    """One result from the results of consecutive parts of a batch."""
+    merged: ParseResult = {}
+    for name, first in pieces[0].items():
+        if isinstance(first, np.ndarray):
+            merged[name] = np.concatenate([piece[name] for piece in pieces])
+            continue
+        parts = [piece[name] for piece in pieces]
+        sparse = [part for part in parts if isinstance(part, SparseTensorValue)]
+        rows = np.cumsum([0] + [int(part.dense_shape[0]) for part in sparse])[:-1]
+        offsets = [np.array([row, 0], dtype=np.int64) for row in rows]
+        indices = np.concatenate(
+            [part.indices + offset for part, offset in zip(sparse, offsets, strict=True)]
+        )
+        total = sum(int(part.dense_shape[0]) for part in sparse)
+        width = max(int(part.dense_shape[1]) for part in sparse)
+        merged[name] = SparseTensorValue(
+            indices,
+            np.concatenate([part.values for part in sparse]),
+            np.array([total, width], dtype=np.int64),
+        )
+    return merged
 
 
 @dataclasses.dataclass(slots=True)
@@ -601,8 +647,15 @@ class _Columns:
 
 
 def _parse(
-    specs: list[_Spec], items: Sequence[bytes], names: list[str] | None, *, single: bool
+    specs: list[_Spec],
+    items: Sequence[bytes],
+    names: list[str] | None,
+    *,
+    single: bool,
+    base: int = 0,
 ) -> ParseResult:
+    """Parse ``items``; ``base`` is the position of ``items[0]`` in the caller's batch, for
+    messages and error ``record``s (``names`` covers the whole batch)."""
     columns = [_Columns() for _ in specs]
     layout = _Layout.build(items, specs) if len(items) >= _LAYOUT_MIN_BATCH else None
     if layout is not None and layout.matched.all():
@@ -612,9 +665,10 @@ def _parse(
             if layout is not None and layout.matched[index]:
                 layout.fill_row(index, columns)
             else:
-                _parse_one(index, data, specs, columns, single)
+                _parse_one(index + base, data, specs, columns, single)
     builders = [
-        _Builder(spec, column, names, single) for spec, column in zip(specs, columns, strict=True)
+        _Builder(spec, column, names, single, base)
+        for spec, column in zip(specs, columns, strict=True)
     ]
     failures = [failure for builder in builders if (failure := builder.first_error()) is not None]
     if failures:
@@ -817,11 +871,12 @@ class _Layout:
 class _Builder:
     """Checks and assembles one requested feature for the whole batch."""
 
-    __slots__ = ("column", "counts", "int_values", "names", "present", "single", "spec")
+    __slots__ = ("base", "column", "counts", "int_values", "names", "present", "single", "spec")
 
     def __init__(
-        self, spec: _Spec, column: _Columns, names: list[str] | None, single: bool
+        self, spec: _Spec, column: _Columns, names: list[str] | None, single: bool, base: int
     ) -> None:
+        self.base = base
         self.spec = spec
         self.column = column
         self.names = names
@@ -862,13 +917,14 @@ class _Builder:
                 except _wire.WireError:
                     raise InvalidArgumentError(
                         f"Could not parse example input, value: '' ({exc})",
-                        record=None if self.single else index,
+                        record=None if self.single else index + self.base,
                     ) from None
             raise AssertionError("unreachable") from exc
 
     def _prefix(self, index: int) -> str:
         if self.single:
             return f"Key: {self.spec.name}.  "
+        index += self.base
         name = self.names[index] if self.names else "<unknown>"
         return f"Name: {name}, Key: {self.spec.name}, Index: {index}.  "
 
@@ -889,7 +945,7 @@ class _Builder:
         index = int(np.argmax(bad))
         expected = tf_name(spec.spec.dtype)
         actual = tf_name(_KIND_DTYPES.get(int(kinds[index]), STRING))
-        record = None if self.single else index
+        record = None if self.single else index + self.base
         if wrong_type[index]:
             if fixed:
                 text = f"Data types don't match. Data type: {actual} but expected type: {expected}"
@@ -901,7 +957,7 @@ class _Builder:
                 f"Feature: {spec.name} (data type: {expected}) is required but could not be found."
             )
             if not self.single:
-                name = self.names[index] if self.names else "<unknown>"
+                name = self.names[index + self.base] if self.names else "<unknown>"
                 message = f"Name: {name}, " + message
         else:
             count = int(self.counts[index])

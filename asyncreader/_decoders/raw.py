@@ -3,12 +3,18 @@
 from __future__ import annotations
 
 import sys
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from .._errors import InvalidArgumentError
 from ._dtypes import resolve_dtype, tf_name
 from ._strings import flatten_strings
+from .policy import check_keys, check_on_error, check_skip_shape, with_key
+
+if TYPE_CHECKING:
+    from .._readers.policy import OnError
+    from .policy import DecodeErrors
 
 __all__ = ["decode_raw"]
 
@@ -44,6 +50,9 @@ def decode_raw(
     out_type: object,
     little_endian: bool = True,
     fixed_length: int | None = None,
+    *,
+    on_error: OnError | DecodeErrors = None,
+    keys: object = None,
 ) -> np.ndarray:
     """Reinterpret the bytes of each string as a vector of ``out_type`` numbers.
 
@@ -70,9 +79,17 @@ def decode_raw(
         fixed_length: If given, every string is first truncated or zero-padded on the right
             to this many bytes (``tf.io.decode_raw``'s ``fixed_length``); strings may then
             have different lengths. Not available for ``bool`` and complex types.
+        on_error: ``None`` / ``"raise"`` (TensorFlow's behaviour) raises on the first record
+            of another size; a :class:`~asyncreader.DecodeErrors` with a skipping policy drops
+            the records whose size is not the batch's most common size (of those that are a
+            multiple of the item size) instead, and notes them as dead letters; ``data``
+            must then be a 1-D batch, and ``errors.kept`` gives the positions decoded.
+        keys: The batch's reader keys, one per record, so that errors and dead letters name
+            the file and record key.
 
     Returns:
-        A native-order array of ``out_type``, shape ``batch_shape + [n]``.
+        A native-order array of ``out_type``, shape ``batch_shape + [n]`` (with bad records
+        skipped: one row per kept record).
 
     Raises:
         InvalidArgumentError: ``out_type`` is not one of the types above; the strings have
@@ -80,9 +97,14 @@ def decode_raw(
             but element <i> has size <first> != <this>``); a length is not a multiple of
             the item size (``Input to DecodeRaw has length <n> that is not a multiple of
             <size>, the size of <type>``); ``fixed_length`` is not positive or not a
-            multiple of the item size; ``data`` is not bytes or a batch of bytes.
+            multiple of the item size; ``data`` is not bytes or a batch of bytes; skipping was
+            asked for without a DecodeErrors, or for data that is not a 1-D batch; the
+            policy's limits were exceeded.
     """
+    errors = check_on_error(on_error)
     dtype = resolve_dtype(out_type)
+    if errors is not None or keys is not None:
+        return _decode_guarded(data, dtype, little_endian, fixed_length, errors, keys)
     if fixed_length is not None:
         return _decode_padded(data, dtype, little_endian, fixed_length)
     if dtype not in _RAW_TYPES:
@@ -109,7 +131,8 @@ def decode_raw(
                 index = int(mismatched[0])
                 raise InvalidArgumentError(
                     "DecodeRaw requires input strings to all be the same size, but element "
-                    f"{index} has size {width} != {int(lengths[index])}"
+                    f"{index} has size {width} != {int(lengths[index])}",
+                    record=index,
                 )
         # bytearray.join gives a buffer nobody else holds, so the result is writable.
         buffer = bytearray().join(items) if count > 1 else bytearray(items[0])
@@ -119,6 +142,73 @@ def decode_raw(
             f"the size of {tf_name(dtype)}"
         )
     return _finish(buffer, dtype, little_endian, (*shape, width // itemsize))
+
+
+def _decode_guarded(
+    data: object,
+    dtype: np.dtype[np.generic],
+    little_endian: bool,
+    fixed_length: int | None,
+    errors: DecodeErrors | None,
+    keys: object,
+) -> np.ndarray:
+    """``decode_raw`` under a policy: only records of another size are bad, so they are
+    found from the lengths alone and the rest is decoded as one batch."""
+    if fixed_length is not None or (isinstance(data, np.ndarray) and data.dtype.kind == "S"):
+        # No record can be bad on its own: padding fits every length, and ``S`` storage
+        # gives every element the same width.
+        result = decode_raw(data, dtype, little_endian, fixed_length)
+        count = len(result) if result.ndim > 1 else 1
+        check_keys(keys, count)
+        if errors is not None:
+            check_skip_shape(errors, result.shape[:-1])
+            errors._finish(np.arange(count, dtype=np.int64))
+        return result
+    items, shape = flatten_strings(data)
+    key_list = check_keys(keys, len(items))
+    if not check_skip_shape(errors, shape):
+        try:
+            result = decode_raw(items if shape else items[0], dtype, little_endian)
+        except InvalidArgumentError as exc:
+            raise with_key(exc, key_list) from None
+        if errors is not None:
+            errors._finish(np.arange(len(items), dtype=np.int64))
+        return result.reshape((*shape, -1))
+    assert errors is not None
+    lengths = np.fromiter(map(len, items), dtype=np.intp, count=len(items))
+    width = _usual_width(lengths, dtype.itemsize)
+    for index in np.flatnonzero(lengths != width).tolist():
+        size = int(lengths[index])
+        if width < 0 or size % dtype.itemsize:
+            message = (
+                f"Input to DecodeRaw has length {size} that is not a multiple of "
+                f"{dtype.itemsize}, the size of {tf_name(dtype)}"
+            )
+        else:
+            message = (
+                "DecodeRaw requires input strings to all be the same size, but element "
+                f"{index} has size {width} != {size}"
+            )
+        key = None if key_list is None else key_list[index]
+        error = with_key(InvalidArgumentError(message, record=index), key_list)
+        errors._note(error, index, key)
+    kept = np.flatnonzero(lengths == width).astype(np.int64)
+    errors._finish(kept)
+    if not kept.size:
+        return np.zeros((0, max(width, 0) // dtype.itemsize), dtype=dtype)
+    good = [items[index] for index in kept.tolist()] if kept.size < len(items) else items
+    return decode_raw(good, dtype, little_endian).reshape(kept.size, -1)
+
+
+def _usual_width(lengths: np.ndarray, itemsize: int) -> int:
+    """The most common record length that is a multiple of ``itemsize`` (the first seen on
+    a tie), or -1 when there is none."""
+    usable = lengths[lengths % itemsize == 0]
+    if not usable.size:
+        return -1
+    widths, first, counts = np.unique(usable, return_index=True, return_counts=True)
+    best = np.flatnonzero(counts == counts.max())
+    return int(widths[best[np.argmin(first[best])]])
 
 
 def _decode_padded(

@@ -101,18 +101,23 @@ def as_policy(on_error: OnError) -> ErrorPolicy:
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class DeadLetter:
-    """Bad input a reader skipped.
+    """Bad input a reader or decode stage skipped.
 
     Attributes:
-        work_item: The work item (file path or URL) it was in.
+        work_item: The work item (file path or URL) it was in (``b""`` for a decode stage
+            not given the batch's keys).
         record: The key of the bad record (``b"<work>:<offset>"`` for TFRecord files), or
-            ``None`` when the whole work item, or the rest of it, was skipped.
-        error: The error that reading it raised.
+            ``None`` when the whole work item, or the rest of it, was skipped, or a decode
+            stage was not given keys.
+        error: The error that reading or decoding it raised.
         rest_of_work_item: Whether everything from there to the end of the work item was
             skipped (the damage hid where the next record starts).
+        index: For a decode stage, the record's position in its batch; ``None`` for
+            readers.
     """
 
     work_item: bytes
     record: bytes | None
     error: AsyncReaderError
     rest_of_work_item: bool
+    index: int | None = None
