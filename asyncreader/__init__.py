@@ -147,6 +147,7 @@ from ._runtime.coordinator import Coordinator as Coordinator
 from ._runtime.queue_runner import QueueRunner as QueueRunner
 from ._runtime.resources import ResourceMgr as ResourceMgr
 from ._runtime.session import Session as Session
+from ._runtime.stages import StageStatistics as StageStatistics
 
 __version__ = "0.1.0"
 
@@ -200,6 +201,7 @@ __all__ = [
     "shuffle_batch_join",
     "slice_input_producer",
     "SparseTensorValue",
+    "StageStatistics",
     "string_input_producer",
     "TextLineReader",
     "tf_record_iterator",

@@ -445,7 +445,7 @@ class Session:
         which side is blocked: consumers on an empty queue (``state == "starved"``: look
         upstream) or producers on a full one (``"full"``: look downstream). A reader
         reports whether its reads wait for work or are reading. See
-        :class:`~asyncreader._runtime.stages.StageStatistics`.
+        :class:`~asyncreader.StageStatistics`.
 
         Returns:
             One :class:`StageStatistics` per stage.
