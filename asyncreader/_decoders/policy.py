@@ -8,7 +8,7 @@ each, and say which records of the batch they kept::
     errors = ar.DecodeErrors(ar.ErrorPolicy(skip=True, max_error_fraction=0.01))
     keys, lines = await reader.read_up_to(queue, 1024)
     label, x = ar.decode_csv(lines, [[0], [0.0]], on_error=errors, keys=keys)
-    keys = keys[errors.kept]            # the keys of the rows that were decoded
+    keys = [keys[i] for i in errors.kept]   # the keys of the rows that were decoded
 
 The engine here is shared by the decoders: it decodes the batch as a whole; on an error it
 notes the bad record and decodes the records before and after it as two batches, so good
@@ -25,8 +25,9 @@ from typing import TYPE_CHECKING, Final, TypeVar
 
 import numpy as np
 
-from .._errors import AsyncReaderError, InvalidArgumentError
+from .._errors import AsyncReaderError, FailedPreconditionError, InvalidArgumentError
 from .._readers.policy import MAX_DEAD_LETTERS, DeadLetter, ErrorPolicy, OnError, as_policy
+from ._strings import flatten_strings
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
@@ -107,16 +108,15 @@ class DecodeErrors:
     def kept(self) -> np.ndarray:
         """Positions (int64) of the records the latest call *in this thread* decoded.
 
-        Index the batch's other arrays with it (``keys[errors.kept]``) to keep them
-        aligned with the decoded rows.
+        Index the batch's other arrays with it (``weights[errors.kept]``, or
+        ``[keys[i] for i in errors.kept]`` for a list) to keep them aligned with the
+        decoded rows.
 
         Raises:
             FailedPreconditionError: no decoder has used this instance in this thread.
         """
         kept: np.ndarray | None = getattr(self._last, "kept", None)
         if kept is None:
-            from .._errors import FailedPreconditionError
-
             raise FailedPreconditionError(f"{self!r} has not decoded a batch in this thread")
         return kept
 
@@ -183,8 +183,6 @@ def check_keys(keys: object, count: int) -> list[bytes] | None:
     """
     if keys is None:
         return None
-    from ._strings import flatten_strings
-
     items, _ = flatten_strings(keys)
     if len(items) != count:
         raise InvalidArgumentError(f"keys has {len(items)} entries for {count} records")
