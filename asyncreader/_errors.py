@@ -26,6 +26,7 @@ available as attributes for programs that handle errors.
 from __future__ import annotations
 
 import contextlib
+import re
 import zlib
 from typing import TYPE_CHECKING, ClassVar
 
@@ -106,8 +107,8 @@ class AsyncReaderError(Exception):
     def _names_record(self) -> bool:
         """Whether TensorFlow's text already gives the record's index."""
         record = self.record
-        return isinstance(record, int) and any(
-            f"{word} {record}" in self.message for word in ("record", "element", "Index:")
+        return isinstance(record, int) and (
+            re.search(rf"\b(?:record|element|Index:) {record}\b", self.message) is not None
         )
 
     def __reduce__(self) -> tuple[object, ...]:

@@ -168,12 +168,12 @@ def _decode_guarded(
     key_list = check_keys(keys, len(items))
     if not check_skip_shape(errors, shape):
         try:
-            result = decode_raw(items if shape else items[0], dtype, little_endian)
+            result = decode_raw(data, dtype, little_endian)
         except InvalidArgumentError as exc:
             raise with_key(exc, key_list) from None
         if errors is not None:
             errors._finish(np.arange(len(items), dtype=np.int64))
-        return result.reshape((*shape, -1))
+        return result
     assert errors is not None
     lengths = np.fromiter(map(len, items), dtype=np.intp, count=len(items))
     width = _usual_width(lengths, dtype.itemsize)

@@ -263,6 +263,21 @@ def test_raw_raise_with_keys_and_fixed_length() -> None:
     assert errors.dead_letters == ()
 
 
+def test_raw_with_keys_keeps_plain_shapes() -> None:
+    errors = ar.DecodeErrors("raise")
+    assert ar.decode_raw([], np.uint8, keys=[], on_error=errors).shape == (0, 0)
+    nested = ar.decode_raw([[b"ab"], [b"cd"]], np.uint8, keys=[b"f:1", b"f:2"])
+    assert nested.tolist() == [[[97, 98]], [[99, 100]]]
+    with pytest.raises(ar.InvalidArgumentError) as info:
+        ar.decode_raw([[b"ab"], [b"c"]], np.uint8, keys=[b"f:1", b"f:2"])
+    assert info.value.record == b"f:2"
+
+
+def test_record_index_is_not_repeated_but_a_longer_number_is_not_taken_for_it() -> None:
+    assert str(ar.InvalidArgumentError("bad in record 1", record=1)) == "bad in record 1"
+    assert str(ar.InvalidArgumentError("bad in record 10", record=1)).endswith("(record 1)")
+
+
 def test_raw_good_batch_matches_plain_decode() -> None:
     values = [bytes(range(i, i + 8)) for i in range(50)]
     errors = ar.DecodeErrors()
