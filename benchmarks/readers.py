@@ -9,6 +9,10 @@ each once to warm the page cache, then times, best of three wall-clock runs:
   reference: the reader's MB/s divided by this is the "vs raw" column;
 * each reader draining one file through ``read_up_to(queue, 1024)`` (and ``read()`` once),
   on asyncio;
+* ``python floor``: the least plain Python does to make one ``bytes`` object per record of
+  the same file (4 MiB reads, records sliced, TFRecord payloads checksummed; no keys, no
+  event loop). It shows what per-record objects cost against raw, and the reader's own
+  overhead against it;
 * ``tf.data.TFRecordDataset(...).batch(1024)`` over the same file, when TensorFlow imports
   (run the script with a Python that has it, e.g. ``/work/tfvenv/bin/python``).
 
@@ -34,8 +38,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import anyio
+import numpy as np
 
 import asyncreader as ar
+from asyncreader._io.crc import crc32c_bytes
 from asyncreader._records.tfrecord import frame_record
 
 if TYPE_CHECKING:
@@ -75,6 +81,51 @@ def raw_read(path: Path) -> int:
             if not block:
                 return total
             total += len(block)
+
+
+# The "python floor" rows: the least plain Python does to turn the same bytes into one
+# ``bytes`` object per record (4 MiB reads, records sliced, TFRecord payloads checksummed;
+# no keys, no reader, no event loop, no error checks). A reader's time divided by this
+# shows its own overhead; the floor divided by raw shows what the per-record objects cost.
+
+
+def floor_tfrecord(path: Path) -> int:
+    count = 0
+    carry = b""
+    with open(path, "rb", buffering=0) as f:
+        while block := f.read(RAW_BLOCK):
+            buf = carry + block if carry else block
+            p, n = 0, len(buf)
+            while p + 12 <= n:
+                length = int.from_bytes(buf[p : p + 8], "little")
+                stop = p + 12 + length
+                if stop + 4 > n:
+                    break
+                crc32c_bytes(buf[p + 12 : stop])
+                count += 1
+                p = stop + 4
+            carry = buf[p:]
+    return count
+
+
+def floor_lines(path: Path) -> int:
+    count = 0
+    carry = b""
+    with open(path, "rb", buffering=0) as f:
+        while block := f.read(RAW_BLOCK):
+            lines = (carry + block if carry else block).split(b"\n")
+            carry = lines.pop()
+            count += len(lines)
+    return count + (1 if carry else 0)
+
+
+def floor_fixed(path: Path, record_bytes: int) -> int:
+    count = 0
+    record = np.dtype((np.void, record_bytes))
+    with open(path, "rb", buffering=0) as f:  # blocks of whole records: nothing to carry
+        while block := f.read(RAW_BLOCK // record_bytes * record_bytes):
+            count += len(np.frombuffer(block, dtype=record).tolist())
+    return count
 
 
 def best_of(fn: Callable[[], Any], repeat: int = 3) -> tuple[float, Any]:
@@ -166,6 +217,12 @@ class Table:
             print("| " + " | ".join(cells) + " |")
 
 
+def floor(table: Table, name: str, fn: Callable[[], int], raw_seconds: float, size: int) -> None:
+    """Add the case's "python floor" row (see ``floor_tfrecord``)."""
+    seconds, records = best_of(fn)
+    table.add(name, "python floor", seconds, records, size, f"{raw_seconds / seconds:.2f}x raw")
+
+
 def run_all(tmp: Path, scale: float) -> None:
     table = Table()
     verdicts: list[str] = []
@@ -194,6 +251,7 @@ def run_all(tmp: Path, scale: float) -> None:
     size = big.stat().st_size
     raw_s = raw(big)
     table.add("tfrecord 100KiB", "raw 4MiB reads", raw_s, int(2000 * scale), size, "1.00x raw")
+    floor(table, "tfrecord 100KiB", functools.partial(floor_tfrecord, big), raw_s, size)
     s, _ = case("tfrecord 100KiB", big, ar.TFRecordReader, 1024, raw_s, size)
     verdicts.append(f"tfrecord 100KiB vs raw: {raw_s / s:.2f} (bar 0.60)")
 
@@ -230,6 +288,7 @@ def run_all(tmp: Path, scale: float) -> None:
     raw_s = raw(text)
     lines = size and text.read_bytes().count(b"\n")
     table.add("text lines", "raw 4MiB reads", raw_s, lines, size, "1.00x raw")
+    floor(table, "text lines", functools.partial(floor_lines, text), raw_s, size)
     s, n = case("text lines", text, ar.TextLineReader, 1024, raw_s, size)
     verdicts.append(f"text lines: {n / s / 1e6:.2f} M lines/s (bar 5)")
 
@@ -240,6 +299,7 @@ def run_all(tmp: Path, scale: float) -> None:
     size = fixed.stat().st_size
     raw_s = raw(fixed)
     table.add("fixed 3073B", "raw 4MiB reads", raw_s, records, size, "1.00x raw")
+    floor(table, "fixed 3073B", functools.partial(floor_fixed, fixed, 3073), raw_s, size)
     s, _ = case("fixed 3073B", fixed, lambda: ar.FixedLengthRecordReader(3073), 1024, raw_s, size)
     verdicts.append(f"fixed 3073B vs raw: {raw_s / s:.2f} (bar 0.50)")
 
