@@ -11,6 +11,8 @@ import asyncreader as ar
 if TYPE_CHECKING:
     from collections.abc import Iterable
 
+    import pytest
+
 DATA = Path(__file__).resolve().parent.parent / "data"
 
 
@@ -34,3 +36,12 @@ def tfrecord_bytes(payloads: Iterable[bytes]) -> bytes:
     from asyncreader._records.tfrecord import frame_record
 
     return b"".join(b"".join(frame_record(p)) for p in payloads)
+
+
+def frame_in_small_pieces(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Make file readers read 997-byte blocks and frame them a few records per hop."""
+    framed = "asyncreader._readers._framed"
+    monkeypatch.setattr(f"{framed}.READ_BLOCK", 997)
+    monkeypatch.setattr(f"{framed}._FIRST_PIECE", 50)
+    monkeypatch.setattr(f"{framed}._MIN_PIECE", 16)
+    monkeypatch.setattr(f"{framed}.HOP_RECORDS", 5)

@@ -6,7 +6,7 @@ import gzip
 from typing import TYPE_CHECKING
 
 import pytest
-from readers_util import open_fds, tfrecord_bytes, work_queue
+from readers_util import frame_in_small_pieces, open_fds, tfrecord_bytes, work_queue
 
 import asyncreader as ar
 
@@ -49,9 +49,12 @@ async def _drain(reader: ar.ReaderBase, queue: ar.FIFOQueue, n: int = 64) -> lis
 
 @pytest.mark.both_backends
 @pytest.mark.parametrize("compression", [None, "GZIP"])
+@pytest.mark.parametrize("pieces", [False, True], ids=["blocks", "pieces"])
 async def test_a_bad_payload_skips_that_record_alone(
-    tmp_path: Path, compression: str | None
+    tmp_path: Path, compression: str | None, pieces: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    if pieces:
+        frame_in_small_pieces(monkeypatch)
     data = _damaged("payload", 120)
     path = tmp_path / "f.tfrecord"
     path.write_bytes(gzip.compress(data) if compression else data)

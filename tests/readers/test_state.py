@@ -8,9 +8,10 @@ import zlib
 from typing import TYPE_CHECKING
 
 import pytest
-from readers_util import open_fds, tfrecord_bytes, work_queue
+from readers_util import frame_in_small_pieces, open_fds, tfrecord_bytes, work_queue
 
 import asyncreader as ar
+from asyncreader._readers import _framed
 from asyncreader._readers.state import ReaderState, decode_tf_proto, encode_tf_proto
 
 if TYPE_CHECKING:
@@ -160,6 +161,46 @@ async def test_fresh_reader_resumes_at_the_next_record(
         assert second.serialize_state() == state
         rest = await _read_all(second, q)
     assert got + rest == expected
+
+
+@pytest.mark.parametrize("kind", sorted(READERS))
+async def test_blocks_framed_in_pieces_resume_at_every_record(
+    tmp_path: Path, kind: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Tiny blocks framed in pieces a few records long: pieces end inside records, CRLF
+    # pairs, headers and compressed streams, and state is taken after every batch.
+    files = [tmp_path / "one", tmp_path / "two"]
+    for f in files:
+        _write(kind, f)
+    names = [str(f) for f in files]
+    async with READERS[kind]() as reference:
+        expected = await _read_all(reference, await work_queue(names))
+    frame_in_small_pieces(monkeypatch)
+    pieces: list[int] = []
+    real = _framed.FramedReader._next_piece
+
+    def spy(self: _framed.FramedReader) -> tuple[bytes, bool]:
+        data, last = real(self)
+        pieces.append(len(data))
+        return data, last
+
+    monkeypatch.setattr(_framed.FramedReader, "_next_piece", spy)
+    q = await work_queue(names)
+    got: list[tuple[bytes, bytes]] = []
+    state = b""
+    while True:
+        async with READERS[kind]() as reader:
+            if state:
+                reader.restore_state(state)
+            try:
+                keys, values = await reader.read_up_to(q, 3)
+            except ar.OutOfRangeError:
+                break
+            got += zip(keys, values, strict=True)
+            state = reader.serialize_state()
+    assert got == expected
+    assert 16 <= min(p for p in pieces if p) < 997
+    assert max(pieces) <= 997
 
 
 async def test_state_is_taken_mid_read_up_to_batches(tmp_path: Path) -> None:
