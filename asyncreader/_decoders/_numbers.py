@@ -134,7 +134,9 @@ def _single_from_double(value: float, exact: Callable[[], Fraction]) -> float:
 
 def _neighbours(value: float, single: float) -> tuple[float, float]:
     if single < value:
-        return single, float(np.nextafter(np.float32(single), np.float32(np.inf)))
+        # Above FLT_MAX the next float32 is infinity: expected, not an overflow to report.
+        with np.errstate(over="ignore"):
+            return single, float(np.nextafter(np.float32(single), np.float32(np.inf)))
     if math.isinf(single):
         # Overflowed: the neighbours are FLT_MAX and infinity.
         return _FLT_MAX, math.inf
