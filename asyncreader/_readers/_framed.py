@@ -101,7 +101,6 @@ class FramedReader(ReaderBase):
         self._key_format = key_format(self._prefix)
         self._framer = self._new_framer(work, 0, self._first_key)
         self._skip_pending = 0
-        self._drop_block()
 
     def restore_extra(self, extra: bytes) -> None:
         position, key, skip = _RESTART.unpack_from(extra)

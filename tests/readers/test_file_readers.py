@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 import pytest
-from readers_util import open_fds, tfrecord_bytes, work_queue
+from readers_util import frame_in_small_pieces, open_fds, tfrecord_bytes, work_queue
 
 import asyncreader as ar
 from asyncreader._io import filesystem
@@ -222,7 +222,12 @@ async def test_tfrecord_corruption_is_data_loss_at_the_exact_record_then_reset(
             await reader.read_up_to(q, 1000)
 
 
-async def test_tfrecord_truncated_and_broken_compressed_stream(tmp_path: Path) -> None:
+@pytest.mark.parametrize("pieces", [False, True], ids=["blocks", "pieces"])
+async def test_tfrecord_truncated_and_broken_compressed_stream(
+    tmp_path: Path, pieces: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if pieces:
+        frame_in_small_pieces(monkeypatch)
     raw = tfrecord_bytes([b"a" * 50, b"b" * 50])
     trunc = tmp_path / "trunc.tfrecord"
     trunc.write_bytes(raw[:-10])

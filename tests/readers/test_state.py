@@ -136,17 +136,22 @@ def _write(kind: str, path: Path) -> None:
         path.write_bytes(zlib.compress(data) if kind.endswith("zlib") else data)
 
 
-@pytest.mark.parametrize("kind", sorted(READERS))
-@pytest.mark.parametrize("stop", [0, 1, 137, 10_000])
-async def test_fresh_reader_resumes_at_the_next_record(
-    tmp_path: Path, kind: str, stop: int
-) -> None:
+async def _two_files(kind: str, tmp_path: Path) -> tuple[list[str], list[tuple[bytes, bytes]]]:
+    """Write two files for reader ``kind``; return their names and all their records."""
     files = [tmp_path / "one", tmp_path / "two"]
     for f in files:
         _write(kind, f)
     names = [str(f) for f in files]
     async with READERS[kind]() as reference:
-        expected = await _read_all(reference, await work_queue(names))
+        return names, await _read_all(reference, await work_queue(names))
+
+
+@pytest.mark.parametrize("kind", sorted(READERS))
+@pytest.mark.parametrize("stop", [0, 1, 137, 10_000])
+async def test_fresh_reader_resumes_at_the_next_record(
+    tmp_path: Path, kind: str, stop: int
+) -> None:
+    names, expected = await _two_files(kind, tmp_path)
     stop = min(stop, len(expected) - 1)
     q = await work_queue(names)
     first = READERS[kind]()
@@ -169,12 +174,7 @@ async def test_blocks_framed_in_pieces_resume_at_every_record(
 ) -> None:
     # Tiny blocks framed in pieces a few records long: pieces end inside records, CRLF
     # pairs, headers and compressed streams, and state is taken after every batch.
-    files = [tmp_path / "one", tmp_path / "two"]
-    for f in files:
-        _write(kind, f)
-    names = [str(f) for f in files]
-    async with READERS[kind]() as reference:
-        expected = await _read_all(reference, await work_queue(names))
+    names, expected = await _two_files(kind, tmp_path)
     frame_in_small_pieces(monkeypatch)
     pieces: list[int] = []
     real = _framed.FramedReader._next_piece
