@@ -120,6 +120,7 @@ from ._queues.fifo import FIFOQueue as FIFOQueue
 from ._queues.padding import PaddingFIFOQueue as PaddingFIFOQueue
 from ._queues.priority import PriorityQueue as PriorityQueue
 from ._queues.random_shuffle import RandomShuffleQueue as RandomShuffleQueue
+from ._queues.record_refs import RecordRefs as RecordRefs
 
 # --- readers ---
 from ._readers.base import ReaderBase as ReaderBase
@@ -193,6 +194,7 @@ __all__ = [
     "range_input_producer",
     "ReaderBase",
     "ReaderStatistics",
+    "RecordRefs",
     "ResourceExhaustedError",
     "ResourceMgr",
     "Session",

@@ -36,6 +36,7 @@ import anyio
 import numpy as np
 
 from .._errors import InvalidArgumentError, OutOfRangeError
+from .._queues.record_refs import RecordRefs, as_record_refs
 from .._runtime.checkpoint import owned_resources
 from .._runtime.context import current_session
 from ._common import resolve_coordinator
@@ -49,6 +50,7 @@ from ._structure import (
 )
 
 if TYPE_CHECKING:
+    from .._queues.record_refs import RecordRefsArg
     from .._runtime.coordinator import Coordinator
 
 __all__ = [
@@ -278,6 +280,7 @@ class Batcher:
         "_num_threads",
         "_queue",
         "_ready",
+        "_record_refs",
         "_restore",
         "_runner",
         "_seed",
@@ -303,6 +306,7 @@ class Batcher:
         allow_smaller_final_batch: bool,
         keep_input: object = True,
         coord: Coordinator | None,
+        record_refs: RecordRefsArg = None,
     ) -> None:
         self._what = what
         _check_int("batch_size", batch_size, minimum=1)
@@ -342,6 +346,7 @@ class Batcher:
         self._dropped = 0
         self._batches = 0
         self._restore: Any = None
+        self._record_refs = as_record_refs(record_refs)
         session = current_session()
         if session is not None:
             if session.deterministic:
@@ -388,7 +393,7 @@ class Batcher:
 
         if self._restore is not None:
             try:
-                self._start_restored(threads_per_source)
+                await self._start_restored(threads_per_source)
             finally:
                 self._ready.set()
             return
@@ -413,7 +418,7 @@ class Batcher:
         finally:
             self._ready.set()
 
-    def _start_restored(self, threads_per_source: int) -> None:
+    async def _start_restored(self, threads_per_source: int) -> None:
         """Rebuild the queue from the checkpoint instead of a first example."""
         from .. import QueueRunner
 
@@ -426,6 +431,15 @@ class Batcher:
         self._queue = self._new_queue(dtypes, shapes)
         self._queue._checkpoint_restore(queue_tree)
         for index, comps in tree["pending"]:
+            if isinstance(comps, dict):  # saved as record references
+                refs = self._queue._refs
+                if refs is None:
+                    raise InvalidArgumentError(
+                        f"{self._what}: the checkpoint saved records as references: pass "
+                        "the same record_refs to restore it"
+                    )
+                (snapshot,) = await refs.restore([comps["record_refs"]])
+                comps = self._from_rows(snapshot["rows"])
             self._sources[index].pending = self._structure.pack(comps)
         if self._queue.is_closed():
             return  # the input had ended: what is stored drains
@@ -440,11 +454,15 @@ class Batcher:
         if queue is None:
             return {**header, "queue": None, "counters": counters}
         structure = self._structure_or_fail()
-        pending = [
-            [source.index, list(structure.flatten(source.pending))]
-            for source in self._sources
-            if source.pending is not _NOTHING
-        ]
+        pending: list[Any] = []
+        for source in self._sources:
+            if source.pending is not _NOTHING:
+                comps = list(structure.flatten(source.pending))
+                refs = queue._refs
+                if refs is not None:  # an example in hand holds records too
+                    pending.append([source.index, {"record_refs": refs.strip(self._rows(comps))}])
+                else:
+                    pending.append([source.index, comps])
         return {
             **header,
             "structure": structure.to_state(),
@@ -468,6 +486,44 @@ class Batcher:
         if tree["queue"] is not None:
             self._restore = tree
 
+    def _rows(self, comps: list[Any]) -> dict[str, Any]:
+        """Return an example's components as a typed queue's snapshot of its rows."""
+        if not self._enqueue_many:
+            return {"rows": [comps]}
+        n = _batch_len(comps[0])
+        return {"rows": [[c[i] for c in comps] for i in range(n)]}
+
+    def _from_rows(self, rows: list[list[Any]]) -> list[Any]:
+        """Return the components :meth:`_rows` was given."""
+        if not self._enqueue_many:
+            return list(rows[0])
+        return [[r[j] for r in rows] for j in range(self._structure_or_fail().size)]
+
+    def _queue_record_refs(self) -> RecordRefs | None:
+        """Return ``record_refs`` with the example's components as queue components."""
+        refs = self._record_refs
+        if refs is None:
+            return None
+        structure = self._structure_or_fail()
+        components = []
+        for which in (refs.key, refs.value):
+            keys = structure.keys
+            if keys:
+                if which not in keys:
+                    raise InvalidArgumentError(
+                        f"{self._what}: record_refs names {which!r}, which the examples "
+                        f"(dicts of {list(keys)!r}) do not have"
+                    )
+                components.append(keys.index(which))
+            elif isinstance(which, int) and which < structure.size:
+                components.append(which)
+            else:
+                raise InvalidArgumentError(
+                    f"{self._what}: record_refs component {which!r} is not in the examples "
+                    f"({structure.describe()})"
+                )
+        return RecordRefs(refs.reader, components[0], components[1])
+
     def _make_queue(self, first: object) -> Any:
         structure = self._structure_or_fail()
         comps = structure.flatten(first)
@@ -490,6 +546,7 @@ class Batcher:
         capacity = self._capacity
         session = current_session()
         deterministic = session is not None and session.deterministic
+        refs = self._queue_record_refs()
         with owned_resources():  # saved with the batcher's checkpoint
             if self._kind == _SHUFFLE:
                 hold = self._min_after_dequeue
@@ -498,13 +555,15 @@ class Batcher:
                     # then does not depend on how far the filling task ran ahead.
                     assert capacity is not None
                     hold = capacity - self._batch_size
-                queue = RandomShuffleQueue(capacity, hold, dtypes, shapes, seed=self._seed)
+                queue = RandomShuffleQueue(
+                    capacity, hold, dtypes, shapes, seed=self._seed, record_refs=refs
+                )
                 if deterministic:
                     queue._atomic_many = True
                 return queue
             if self._kind == _PADDING:
-                return PaddingFIFOQueue(capacity, dtypes, shapes)
-            return FIFOQueue(capacity, dtypes, _fixed(shapes))
+                return PaddingFIFOQueue(capacity, dtypes, shapes, record_refs=refs)
+            return FIFOQueue(capacity, dtypes, _fixed(shapes), record_refs=refs)
 
     def _structure_or_fail(self) -> Structure:
         assert self._structure is not None
@@ -659,6 +718,7 @@ def batch(
     allow_smaller_final_batch: bool = False,
     *,
     coord: Coordinator | None = None,
+    record_refs: RecordRefsArg = None,
 ) -> Batcher:
     """Batch the examples that ``tensors`` produces, in order.
 
@@ -683,6 +743,10 @@ def batch(
         allow_smaller_final_batch: Hand out a last batch smaller than ``batch_size`` at
             the end of input instead of dropping it.
         coord: The Coordinator to run in; default the current one.
+        record_refs: The example components holding a reader's record keys and values,
+            saved in checkpoints as references instead of bytes: a
+            :class:`~asyncreader.RecordRefs` (``key`` / ``value`` are tuple indices or
+            dict keys of the example), or a reader for components 0 and 1.
 
     Returns:
         A :class:`Batcher`.
@@ -704,6 +768,7 @@ def batch(
         shapes=shapes,
         allow_smaller_final_batch=allow_smaller_final_batch,
         coord=coord,
+        record_refs=record_refs,
     )
 
 
@@ -719,6 +784,7 @@ def maybe_batch(
     allow_smaller_final_batch: bool = False,
     *,
     coord: Coordinator | None = None,
+    record_refs: RecordRefsArg = None,
 ) -> Batcher:
     """Like :func:`batch`, but enqueue only the examples ``keep_input`` accepts.
 
@@ -727,7 +793,7 @@ def maybe_batch(
             row of each batch), or a callable taking the example (or batch) and returning
             one of those (it may be async). Examples whose flag is false are skipped.
         tensors, batch_size, num_threads, capacity, enqueue_many, shapes, dynamic_pad,
-        allow_smaller_final_batch, coord: As for :func:`batch`.
+        allow_smaller_final_batch, coord, record_refs: As for :func:`batch`.
 
     Returns:
         A :class:`Batcher`.
@@ -752,6 +818,7 @@ def maybe_batch(
         allow_smaller_final_batch=allow_smaller_final_batch,
         keep_input=keep_input,
         coord=coord,
+        record_refs=record_refs,
     )
 
 
@@ -765,6 +832,7 @@ def batch_join(
     allow_smaller_final_batch: bool = False,
     *,
     coord: Coordinator | None = None,
+    record_refs: RecordRefsArg = None,
 ) -> Batcher:
     """Batch examples from several sources, one runner task per source.
 
@@ -775,7 +843,7 @@ def batch_join(
     Args:
         tensors_list: The example sources (each as ``tensors`` of :func:`batch`).
         batch_size, capacity, enqueue_many, shapes, dynamic_pad,
-        allow_smaller_final_batch, coord: As for :func:`batch`.
+        allow_smaller_final_batch, coord, record_refs: As for :func:`batch`.
 
     Returns:
         A :class:`Batcher`.
@@ -799,6 +867,7 @@ def batch_join(
         shapes=shapes,
         allow_smaller_final_batch=allow_smaller_final_batch,
         coord=coord,
+        record_refs=record_refs,
     )
 
 
@@ -813,13 +882,14 @@ def maybe_batch_join(
     allow_smaller_final_batch: bool = False,
     *,
     coord: Coordinator | None = None,
+    record_refs: RecordRefsArg = None,
 ) -> Batcher:
     """Like :func:`batch_join`, but enqueue only the examples ``keep_input`` accepts.
 
     Args:
         keep_input: As for :func:`maybe_batch`.
         tensors_list, batch_size, capacity, enqueue_many, shapes, dynamic_pad,
-        allow_smaller_final_batch, coord: As for :func:`batch_join`.
+        allow_smaller_final_batch, coord, record_refs: As for :func:`batch_join`.
 
     Returns:
         A :class:`Batcher`.
@@ -840,6 +910,7 @@ def maybe_batch_join(
         allow_smaller_final_batch=allow_smaller_final_batch,
         keep_input=keep_input,
         coord=coord,
+        record_refs=record_refs,
     )
 
 
@@ -855,6 +926,7 @@ def shuffle_batch(
     allow_smaller_final_batch: bool = False,
     *,
     coord: Coordinator | None = None,
+    record_refs: RecordRefsArg = None,
 ) -> Batcher:
     """Batch the examples that ``tensors`` produces, in random order.
 
@@ -865,7 +937,7 @@ def shuffle_batch(
 
     Args:
         tensors, batch_size, num_threads, enqueue_many, shapes,
-        allow_smaller_final_batch, coord: As for :func:`batch`.
+        allow_smaller_final_batch, coord, record_refs: As for :func:`batch`.
         capacity: The queue's capacity, bigger than ``min_after_dequeue``.
         min_after_dequeue: Examples kept in the queue while open, for mixing.
         seed: Seed of the queue's random order.
@@ -892,6 +964,7 @@ def shuffle_batch(
         shapes=shapes,
         allow_smaller_final_batch=allow_smaller_final_batch,
         coord=coord,
+        record_refs=record_refs,
     )
 
 
@@ -908,13 +981,14 @@ def maybe_shuffle_batch(
     allow_smaller_final_batch: bool = False,
     *,
     coord: Coordinator | None = None,
+    record_refs: RecordRefsArg = None,
 ) -> Batcher:
     """Like :func:`shuffle_batch`, but enqueue only the examples ``keep_input`` accepts.
 
     Args:
         keep_input: As for :func:`maybe_batch`.
         tensors, batch_size, capacity, min_after_dequeue, num_threads, seed, enqueue_many,
-        shapes, allow_smaller_final_batch, coord: As for :func:`shuffle_batch`.
+        shapes, allow_smaller_final_batch, coord, record_refs: As for :func:`shuffle_batch`.
 
     Returns:
         A :class:`Batcher`.
@@ -937,6 +1011,7 @@ def maybe_shuffle_batch(
         allow_smaller_final_batch=allow_smaller_final_batch,
         keep_input=keep_input,
         coord=coord,
+        record_refs=record_refs,
     )
 
 
@@ -951,13 +1026,14 @@ def shuffle_batch_join(
     allow_smaller_final_batch: bool = False,
     *,
     coord: Coordinator | None = None,
+    record_refs: RecordRefsArg = None,
 ) -> Batcher:
     """Batch examples from several sources in random order, one task per source.
 
     Args:
         tensors_list: The example sources (each as ``tensors`` of :func:`batch`).
         batch_size, capacity, min_after_dequeue, seed, enqueue_many, shapes,
-        allow_smaller_final_batch, coord: As for :func:`shuffle_batch`.
+        allow_smaller_final_batch, coord, record_refs: As for :func:`shuffle_batch`.
 
     Returns:
         A :class:`Batcher`.
@@ -979,6 +1055,7 @@ def shuffle_batch_join(
         shapes=shapes,
         allow_smaller_final_batch=allow_smaller_final_batch,
         coord=coord,
+        record_refs=record_refs,
     )
 
 
@@ -994,13 +1071,14 @@ def maybe_shuffle_batch_join(
     allow_smaller_final_batch: bool = False,
     *,
     coord: Coordinator | None = None,
+    record_refs: RecordRefsArg = None,
 ) -> Batcher:
     """Like :func:`shuffle_batch_join`, but enqueue only what ``keep_input`` accepts.
 
     Args:
         keep_input: As for :func:`maybe_batch`.
         tensors_list, batch_size, capacity, min_after_dequeue, seed, enqueue_many, shapes,
-        allow_smaller_final_batch, coord: As for :func:`shuffle_batch_join`.
+        allow_smaller_final_batch, coord, record_refs: As for :func:`shuffle_batch_join`.
 
     Returns:
         A :class:`Batcher`.
@@ -1023,4 +1101,5 @@ def maybe_shuffle_batch_join(
         allow_smaller_final_batch=allow_smaller_final_batch,
         keep_input=keep_input,
         coord=coord,
+        record_refs=record_refs,
     )

@@ -38,7 +38,9 @@ from .._errors import (
     QueueClosedError,
 )
 from .._runtime.checkpoint import current_stage
+from .._runtime.context import current_coordinator
 from .._runtime.resources import SharedResource
+from .record_refs import RecordRefsArg, RefLayout, as_record_refs
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -61,6 +63,7 @@ _ENQUEUE = 0
 _CLOSE = 1
 _SINGLE = 2  # dequeue()
 _BATCH = 3  # dequeue_many() / dequeue_up_to()
+_REREAD = 4  # a restored queue's stored elements, while their records are read again
 _PENDING: Any = object()
 
 
@@ -154,6 +157,7 @@ class _Waiter:
         "pos",
         "stage",
         "taken",
+        "unread",
         "up_to",
         "woken",
     )
@@ -172,6 +176,8 @@ class _Waiter:
         self.need = 0
         self.taken: list[Any] = []
         self.up_to = False
+        # A restored ghost whose records are still being read again: their references.
+        self.unread: Any = None
 
 
 def as_int(value: object) -> int | None:
@@ -240,6 +246,13 @@ class QueueBase(SharedResource):
         self._peak = 0
         self._total_in = 0
         self._total_out = 0
+        self._refs: RefLayout | None = None
+
+    def _use_record_refs(self, record_refs: RecordRefsArg) -> None:
+        """Save the reader records in the elements as references (see RecordRefs)."""
+        refs = as_record_refs(record_refs)
+        if refs is not None:
+            self._refs = RefLayout(refs, self._codec, self.name)
 
     # -- attributes --------------------------------------------------------------------------
 
@@ -353,25 +366,38 @@ class QueueBase(SharedResource):
         blocked enqueue has not inserted yet are kept as a pending enqueue, which a
         restored queue inserts by itself, ahead of any new enqueue, as room frees.
         """
-        codec = self._codec
         taken: list[Any] = []
         for w in self._dequeuers:
             taken.extend(w.taken)
+        stored = None
         pending: list[Any] = []
         for w in self._enqueuers:
-            if w.kind == _CLOSE:
+            if w.kind == _REREAD:
+                stored = w.unread  # not read again yet: the queue is still empty
+            elif w.kind == _CLOSE:
                 pending.append({"close": True})
+            elif w.unread is not None:
+                pending.append({"items": w.unread})
             elif w.pos < len(w.items):
-                pending.append({"items": codec.snapshot_rows(w.items[w.pos :])})
-        return {
+                pending.append({"items": self._save_rows(w.items[w.pos :])})
+        if stored is None:
+            stored = self._save_rows(self._stored_rows(taken))
+        tree = {
             "type": type(self).__name__,
             "config": self._shared_config(),
-            "stored": codec.snapshot_rows(self._stored_rows(taken)),
+            "stored": stored,
             "pending": pending,
             "closed": self._closed,
             "counters": (self._peak, self._total_in, self._total_out),
             "extra": self._checkpoint_extra(),
         }
+        if self._refs is not None:
+            tree["record_refs"] = self._refs.header()
+        return tree
+
+    def _save_rows(self, rows: list[Any]) -> Any:
+        snapshot = self._codec.snapshot_rows(rows)
+        return snapshot if self._refs is None else self._refs.strip(snapshot)
 
     def _checkpoint_restore(self, tree: Any) -> None:
         """Load a tree from :meth:`_checkpoint_save` into this new, unused queue.
@@ -391,19 +417,73 @@ class QueueBase(SharedResource):
             )
         if self._buf or self._enqueuers or self._dequeuers or self._total_in:
             raise FailedPreconditionError(f"queue '{self.name}' was used before its restore")
+        refs = self._refs
+        saved_refs = tree.get("record_refs")
+        if refs is None and saved_refs is not None:
+            raise InvalidArgumentError(
+                f"queue '{self.name}' saved its records as references: build it with the "
+                "same record_refs to restore it"
+            )
+        if refs is not None:
+            if saved_refs is None:
+                raise InvalidArgumentError(
+                    f"queue '{self.name}' has record_refs, but its checkpoint saved payloads"
+                )
+            refs.check(saved_refs)
         codec = self._codec
-        self._push_list(codec.restore_rows(tree["stored"]))
+        if refs is None:
+            self._push_list(codec.restore_rows(tree["stored"]))
+        else:
+            # Everything waits behind the stored elements until their records are read
+            # again (by a task of the current coordinator, see _reread_records).
+            w = _Waiter(_REREAD)
+            w.ghost = True
+            w.unread = tree["stored"]
+            self._enqueuers.append(w)
         for entry in tree["pending"]:
             w = _Waiter(_CLOSE if "close" in entry else _ENQUEUE)
             w.ghost = True
             if "items" in entry:
-                w.items = codec.restore_rows(entry["items"])
+                if refs is None:
+                    w.items = codec.restore_rows(entry["items"])
+                else:
+                    w.unread = entry["items"]
             self._enqueuers.append(w)
         if tree["closed"]:
-            self._set_closed()
+            if refs is None:
+                self._set_closed()
+            else:  # closing now would end dequeues before the records are back
+                w = _Waiter(_CLOSE)
+                w.ghost = True
+                self._enqueuers.append(w)
         self._peak, self._total_in, self._total_out = (int(c) for c in tree["counters"])
         self._checkpoint_restore_extra(tree["extra"])
-        self._run_ghosts()
+        if refs is None:
+            self._run_ghosts()
+            return
+        coord = current_coordinator()
+        if coord is None:
+            raise FailedPreconditionError(
+                f"queue '{self.name}' restores records by reading them again: restore it "
+                "inside a Session"
+            )
+        coord.start_soon(self._reread_records, name=f"{self.name}-reread")
+
+    async def _reread_records(self) -> None:
+        """Read the records of a restored queue again, then let the queue go on."""
+        assert self._refs is not None
+        waiting = [w for w in self._enqueuers if w.unread is not None]
+        snapshots = await self._refs.restore([w.unread for w in waiting])
+        for w, snapshot in zip(waiting, snapshots, strict=True):
+            rows = self._codec.restore_rows(snapshot)
+            w.unread = None
+            if w.kind == _REREAD:
+                if w in self._enqueuers:  # not dropped by close(cancel_pending_enqueues)
+                    self._enqueuers.remove(w)
+                    self._push_list(rows)
+            else:
+                w.items = rows
+        self._notify()
 
     def _checkpoint_extra(self) -> Any:
         """Storage state beyond the elements (RandomShuffleQueue's generators)."""
@@ -417,6 +497,8 @@ class QueueBase(SharedResource):
         side = self._enqueuers
         while side and side[0].ghost:
             w = side[0]
+            if w.kind == _REREAD:
+                return  # still reading the stored elements again: everything waits
             if w.kind == _CLOSE:
                 side.popleft()
                 if not self._closed:

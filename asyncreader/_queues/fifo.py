@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 from collections import deque
-from typing import Any, ClassVar, SupportsIndex
+from typing import TYPE_CHECKING, Any, ClassVar, SupportsIndex
 
 from ._base import QueueBase
 from ._elements import TypedCodec, UntypedCodec
+
+if TYPE_CHECKING:
+    from .record_refs import RecordRefsArg
 
 __all__ = ["FIFOQueue"]
 
@@ -92,6 +95,10 @@ class FIFOQueue(_DequeStorage):
         shared_name: Share the queue under this name in the current Session's (or the
             process-wide) resource manager.
         container: The container for ``shared_name``.
+        record_refs: Save the reader records in the elements as references in
+            checkpoints, not as their bytes: a :class:`~asyncreader.RecordRefs`, or a
+            reader whose keys and values are components 0 and 1. See
+            ``docs/guides/checkpoints.md``.
 
     Raises:
         InvalidArgumentError: inconsistent dtypes / shapes / names, a bad capacity, or a
@@ -114,9 +121,11 @@ class FIFOQueue(_DequeStorage):
         name: str | None = None,
         shared_name: str | None = None,
         container: str | None = None,
+        record_refs: RecordRefsArg = None,
     ) -> None:
         # shared_name / container are consumed by SharedResourceMeta before __init__ runs;
         # they are declared here so the signature shows (and type-checks) them.
         del shared_name, container
         super().__init__(capacity, _make_codec(dtypes, shapes, names), name)
+        self._use_record_refs(record_refs)
         self._init_storage()

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, SupportsIndex
+from typing import TYPE_CHECKING, Any, ClassVar, SupportsIndex
 
 from .._errors import InvalidArgumentError
 from ._elements import TypedCodec, split_shapes
 from .fifo import _DequeStorage
+
+if TYPE_CHECKING:
+    from .record_refs import RecordRefsArg
 
 __all__ = ["PaddingFIFOQueue"]
 
@@ -34,6 +37,10 @@ class PaddingFIFOQueue(_DequeStorage):
         name: The name used in error messages.
         shared_name: Share the queue under this name.
         container: The container for ``shared_name``.
+        record_refs: Save the reader records in the elements as references in
+            checkpoints, not as their bytes: a :class:`~asyncreader.RecordRefs`, or a
+            reader whose keys and values are components 0 and 1. See
+            ``docs/guides/checkpoints.md``.
 
     Raises:
         InvalidArgumentError: shapes missing or not one per component, inconsistent
@@ -56,6 +63,7 @@ class PaddingFIFOQueue(_DequeStorage):
         name: str | None = None,
         shared_name: str | None = None,
         container: str | None = None,
+        record_refs: RecordRefsArg = None,
     ) -> None:
         # shared_name / container are consumed by SharedResourceMeta before __init__ runs;
         # they are declared here so the signature shows (and type-checks) them.
@@ -75,4 +83,5 @@ class PaddingFIFOQueue(_DequeStorage):
             )
         codec = TypedCodec(dtypes, shapes, names, partial_shapes=True)
         super().__init__(capacity, codec, name)
+        self._use_record_refs(record_refs)
         self._init_storage()

@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import heapq
 import itertools
-from typing import Any, ClassVar, SupportsIndex
+from typing import TYPE_CHECKING, Any, ClassVar, SupportsIndex
 
 import numpy as np
 
 from .._errors import InvalidArgumentError
 from ._base import QueueBase
 from ._elements import Row, TypedCodec, format_shape, split_shapes
+
+if TYPE_CHECKING:
+    from .record_refs import RecordRefsArg
 
 __all__ = ["PriorityQueue"]
 
@@ -70,6 +73,10 @@ class PriorityQueue(QueueBase):
         name: The name used in error messages.
         shared_name: Share the queue under this name.
         container: The container for ``shared_name``.
+        record_refs: Save the reader records in the elements as references in
+            checkpoints, not as their bytes: a :class:`~asyncreader.RecordRefs`, or a
+            reader whose keys and values are components 0 and 1. See
+            ``docs/guides/checkpoints.md``.
 
     Raises:
         InvalidArgumentError: inconsistent types / shapes / names, or a ``shared_name``
@@ -95,6 +102,7 @@ class PriorityQueue(QueueBase):
         name: str | None = None,
         shared_name: str | None = None,
         container: str | None = None,
+        record_refs: RecordRefsArg = None,
     ) -> None:
         # shared_name / container are consumed by SharedResourceMeta before __init__ runs;
         # they are declared here so the signature shows (and type-checks) them.
@@ -107,6 +115,7 @@ class PriorityQueue(QueueBase):
             raise InvalidArgumentError("Queue shapes must have the same length as dtypes")
         codec = _PriorityCodec([np.int64, *value_types], all_shapes, names)
         super().__init__(capacity, codec, name)
+        self._use_record_refs(record_refs)
         self._buf = []
         self._seq = itertools.count()
         self._push = self._heap_push

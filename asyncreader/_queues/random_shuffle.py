@@ -5,7 +5,7 @@ from __future__ import annotations
 import operator
 import random
 import sys
-from typing import Any, ClassVar, SupportsIndex
+from typing import TYPE_CHECKING, Any, ClassVar, SupportsIndex
 
 import numpy as np
 
@@ -14,6 +14,9 @@ from ._base import QueueBase, as_int
 from ._elements import TypedCodec
 from ._slab import SlabCodec
 from .fifo import _make_codec
+
+if TYPE_CHECKING:
+    from .record_refs import RecordRefsArg
 
 __all__ = ["RandomShuffleQueue"]
 
@@ -56,6 +59,10 @@ class RandomShuffleQueue(QueueBase):
         name: The name used in error messages.
         shared_name: Share the queue under this name.
         container: The container for ``shared_name``.
+        record_refs: Save the reader records in the elements as references in
+            checkpoints, not as their bytes: a :class:`~asyncreader.RecordRefs`, or a
+            reader whose keys and values are components 0 and 1. See
+            ``docs/guides/checkpoints.md``.
 
     Raises:
         InvalidArgumentError: ``min_after_dequeue`` is negative or not below the capacity,
@@ -83,6 +90,7 @@ class RandomShuffleQueue(QueueBase):
         name: str | None = None,
         shared_name: str | None = None,
         container: str | None = None,
+        record_refs: RecordRefsArg = None,
     ) -> None:
         # shared_name / container are consumed by SharedResourceMeta before __init__ runs;
         # they are declared here so the signature shows (and type-checks) them.
@@ -92,6 +100,7 @@ class RandomShuffleQueue(QueueBase):
             cap = as_int(capacity) if capacity is not None else None
             codec = SlabCodec(codec, cap if cap is not None and cap >= 0 else sys.maxsize)
         super().__init__(capacity, codec, name)
+        self._use_record_refs(record_refs)
         mad = as_int(min_after_dequeue)
         if mad is None:
             raise InvalidArgumentError(

@@ -26,7 +26,7 @@ from __future__ import annotations
 import struct
 from typing import TYPE_CHECKING, ClassVar, Final
 
-from .._errors import AsyncReaderError, InvalidArgumentError
+from .._errors import AsyncReaderError, DataLossError, InvalidArgumentError
 from .._io.filesystem import READ_BLOCK, open_work_item
 from .base import Chunk, ReaderBase, bulk_keys, key_format, range_keys
 
@@ -45,6 +45,8 @@ HOP_RECORDS: Final = 8192
 #: Bounds of the piece of a block framed per hop (bytes).
 _MIN_PIECE: Final = 64 << 10
 _FIRST_PIECE: Final = 256 << 10
+#: Bytes read at a time when reading records again by key: a seek costs about as much.
+_REREAD_PIECE: Final = 64 << 10
 
 
 class FramedReader(ReaderBase):
@@ -82,6 +84,11 @@ class FramedReader(ReaderBase):
         """Return where to seek to resume at ``(position, key)``; ``None`` for compressed
         files, which are read again from the start."""
         return position
+
+    def _position_of(self, key: int) -> int | None:
+        """Return the stream offset of record ``key``, or ``None`` when only framing from
+        the start finds it (text lines)."""
+        return None
 
     def _config(self) -> dict[str, object]:
         return {}
@@ -149,6 +156,79 @@ class FramedReader(ReaderBase):
 
     def _has_open_files(self) -> bool:
         return self._file is not None
+
+    # -- reading records again by key ------------------------------------------------------
+
+    _rereadable: ClassVar[bool] = True
+
+    def _reread(self, work: bytes, wanted: list[int]) -> list[bytes]:
+        found: list[bytes] = []
+        f = open_work_item(work)
+        try:
+            framer: Framer | None = None
+            at_end = False
+            while len(found) < len(wanted):
+                key = wanted[len(found)]
+                if framer is None or self._seek_is_shorter(framer, key):
+                    framer, at_end = self._framer_at(f, work, key), False
+                elif at_end:
+                    raise DataLossError(
+                        "record not found: the file changed since the checkpoint",
+                        work_item=work,
+                        record=key,
+                    )
+                data = f.read(_REREAD_PIECE)
+                if data:
+                    ints, values = framer.decode(data)
+                    while framer.pending:
+                        more_ints, more_values = framer.decode(b"")
+                        ints += more_ints
+                        values += more_values
+                else:
+                    ints, values = framer.finish()
+                    at_end = True
+                self._pick(work, wanted, found, ints, values)
+        finally:
+            f.close()
+        return found
+
+    def _seek_is_shorter(self, framer: Framer, key: int) -> bool:
+        """Whether seeking to record ``key`` beats framing on to it."""
+        position = self._position_of(key)
+        return (
+            position is not None
+            and self._seek_target(position, key) is not None
+            and position - framer.position > _REREAD_PIECE
+        )
+
+    def _framer_at(self, f: RandomAccessFile, work: bytes, key: int) -> Framer:
+        """Position ``f`` and return a framer whose first record is ``key`` (or, when its
+        offset is unknown, the file's first record)."""
+        position = self._position_of(key)
+        if position is None:
+            f.seek(0)
+            return self._new_framer(work, 0, self._first_key)
+        target = self._seek_target(position, key)
+        f.seek(0 if target is None else target)  # compressed: inflate up to it again
+        return self._new_framer(work, position, key)
+
+    @staticmethod
+    def _pick(
+        work: bytes, wanted: list[int], found: list[bytes], ints: list[int], values: list[bytes]
+    ) -> None:
+        """Append to ``found`` the values of the records of ``wanted`` framed just now."""
+        for k, value in zip(ints, values, strict=True):
+            if len(found) == len(wanted):
+                return
+            key = wanted[len(found)]
+            if k == key:
+                found.append(value)
+            elif k > key:  # framed past it: no record starts there
+                raise DataLossError(
+                    "no record starts here: the file changed since the checkpoint",
+                    work_item=work,
+                    record=key,
+                )
 
     # -- state -----------------------------------------------------------------------------
 

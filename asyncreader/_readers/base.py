@@ -222,6 +222,11 @@ class ReaderBase(SharedResource, ABC):
     _chunked: ClassVar[bool] = False
     _async_hooks: ClassVar[frozenset[str]] = frozenset()
     _has_read_many: ClassVar[bool] = False
+    #: Whether :meth:`_reread` can read a record again from its key (built-in readers), so
+    #: checkpoints may save queued records as references (:class:`~asyncreader.RecordRefs`).
+    _rereadable: ClassVar[bool] = False
+    #: Whether :meth:`_reread` blocks (it then runs on the I/O executor).
+    _reread_blocks: ClassVar[bool] = True
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -269,6 +274,34 @@ class ReaderBase(SharedResource, ABC):
         # Set by restore_state (synchronous): hook state and files are discarded by the next
         # operation, on the executor.
         self._needs_reset = False
+
+    # -- reading records again by key (asyncreader._readers.reread) ---------------------
+
+    def _split_key(self, key: bytes) -> tuple[bytes, int]:
+        """Return the work item and record key of a key this reader made.
+
+        Raises:
+            InvalidArgumentError: ``key`` is not ``b"<work item>:<record key>"``.
+        """
+        work, sep, tail = key.rpartition(b":")
+        if sep and tail.isdigit() and (tail[:1] != b"0" or tail == b"0"):
+            return work, int(tail)
+        raise InvalidArgumentError(f"{key!r} is not a record key of a {type(self).__name__}")
+
+    def _record_key(self, work: bytes, record: int) -> bytes:
+        """Return the key of record ``record`` of ``work`` (inverse of :meth:`_split_key`)."""
+        return b"%s:%d" % (work, record)
+
+    def _reread(self, work: bytes, wanted: list[int]) -> list[bytes]:
+        """Return the values of records ``wanted`` (sorted, distinct) of ``work``.
+
+        Does not touch the reader's own state. Blocks when :attr:`_reread_blocks`.
+
+        Raises:
+            NotFoundError: the file is gone.
+            DataLossError: a record is corrupt or not in the file.
+        """
+        raise NotImplementedError
 
     # -- identity ------------------------------------------------------------------------
 

@@ -89,6 +89,9 @@ class FixedLengthRecordReader(FramedReader):
             work_item=work,
         )
 
+    def _position_of(self, key: int) -> int | None:
+        return self.header_bytes + key * (self.hop_bytes or self.record_bytes)
+
     def _seek_target(self, position: int, key: int) -> int | None:
         if self._compression is not TFRecordCompressionType.NONE:
             return None

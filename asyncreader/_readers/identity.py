@@ -23,6 +23,17 @@ class IdentityReader(ReaderBase):
     """
 
     _tf_state: ClassVar[bool] = True
+    _rereadable: ClassVar[bool] = True
+    _reread_blocks: ClassVar[bool] = False
+
+    def _split_key(self, key: bytes) -> tuple[bytes, int]:
+        return key, 0  # key and value are the work item
+
+    def _record_key(self, work: bytes, record: int) -> bytes:
+        return work
+
+    def _reread(self, work: bytes, wanted: list[int]) -> list[bytes]:
+        return [work]
 
     async def read_one(self) -> tuple[bytes, bytes, bool]:
         return self._work, self._work, True

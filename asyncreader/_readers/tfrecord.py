@@ -60,5 +60,8 @@ class TFRecordReader(FramedReader):
             compression_type=self._compression, start_offset=position, work_item=work
         )
 
+    def _position_of(self, key: int) -> int | None:
+        return key  # a record's key is its offset
+
     def _seek_target(self, position: int, key: int) -> int | None:
         return position if self._compression is TFRecordCompressionType.NONE else None

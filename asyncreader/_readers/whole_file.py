@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, ClassVar
 
-from .._io.filesystem import READ_BLOCK, open_work_item
+from .._io.filesystem import READ_BLOCK, open_work_item, read_whole
 from .base import ReaderBase
 
 if TYPE_CHECKING:
@@ -30,6 +30,7 @@ class WholeFileReader(ReaderBase):
     """
 
     _tf_state: ClassVar[bool] = True
+    _rereadable: ClassVar[bool] = True
 
     def __init__(self, name: str | None = None, *, on_error: OnError = None) -> None:
         super().__init__(name, on_error=on_error)
@@ -51,6 +52,15 @@ class WholeFileReader(ReaderBase):
             parts.append(block)
         self._close_files()
         return self._work, b"".join(parts), True
+
+    def _split_key(self, key: bytes) -> tuple[bytes, int]:
+        return key, 0  # the key is the work item
+
+    def _record_key(self, work: bytes, record: int) -> bytes:
+        return work
+
+    def _reread(self, work: bytes, wanted: list[int]) -> list[bytes]:
+        return [read_whole(work)]
 
     def on_work_finished(self) -> None:
         self._close_files()

@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import anyio
 import pytest
 from readers_util import tfrecord_bytes, work_queue
 
@@ -174,3 +175,20 @@ async def test_http_restore_mid_file_uses_range_reads(nginx: tuple[str, Path]) -
     assert [v for _, v in head + rest] == PAYLOADS
     requests = log.read_bytes()[size_before:]
     assert b'" 206 ' in requests  # partial content: the restore seeked instead of re-reading
+
+
+@pytest.mark.network
+async def test_http_records_are_read_again_by_key_with_range_reads(
+    nginx: tuple[str, Path],
+) -> None:
+    """What a restore of a queue saved with record_refs does over HTTP."""
+    base, log = nginx
+    url = f"{base}/data.tfrecord"
+    async with ar.TFRecordReader() as reader:
+        records = await _drain(reader, await work_queue([url]))
+        wanted = sorted({reader._split_key(k)[1] for k, _ in records[-3:] + records[7_000:7_002]})
+        size_before = log.stat().st_size
+        got = await anyio.to_thread.run_sync(reader._reread, url.encode(), wanted)
+    by_offset = {reader._split_key(k)[1]: v for k, v in records}
+    assert got == [by_offset[o] for o in wanted]
+    assert b'" 206 ' in log.read_bytes()[size_before:]  # seeked to them: range requests

@@ -2,9 +2,11 @@
 
 ``string_input_producer`` (shuffled, 2 epochs) -> TFRecordReader(s) with ``read_up_to`` ->
 ids decoded from each record's first 8 bytes, plus augmentation noise from a tracked
-generator -> ``shuffle_batch`` (or ``batch``) -> consumer. Run as a script it restores
-from a checkpoint file and prints the remaining batches as JSON, so a test can resume in
-a new process.
+generator -> ``shuffle_batch`` (or ``batch``) -> consumer. With ``records=True`` the
+batcher holds the records themselves, saved as references (``record_refs``), and ids and
+noise are made from each batch (TensorFlow 1.x's "batch the records, parse the batch").
+Run as a script it restores from a checkpoint file and prints the remaining batches as
+JSON, so a test can resume in a new process.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ class Config:
     epochs: int = 2
     batch_size: int = 16
     chunk: int = 5
+    records: bool = False
 
 
 @dataclass
@@ -66,16 +69,24 @@ async def run(
         readers = [ar.TFRecordReader(compression_type=cfg.compression) for _ in range(cfg.threads)]
         rng = sess.track_rng("augment", np.random.default_rng(5))
 
+        def ids_of(values: Any) -> np.ndarray[Any, Any]:
+            return np.frombuffer(b"".join(v[:8] for v in values), dtype="<i8")
+
         def source(reader: ar.TFRecordReader) -> Any:
+            async def records() -> tuple[list[bytes], list[bytes]]:
+                return await reader.read_up_to(files, cfg.chunk)
+
             async def example() -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
                 _, values = await reader.read_up_to(files, cfg.chunk)
                 ids = np.frombuffer(b"".join(v[:8] for v in values), dtype="<i8")
                 return ids, rng.random(len(ids))
 
-            return example
+            return records if cfg.records else example
 
         sources = [source(r) for r in readers]
         common: dict[str, Any] = {"enqueue_many": True, "allow_smaller_final_batch": True}
+        if cfg.records:
+            common["record_refs"] = readers[0]
         batches: Any
         if cfg.shuffle:
             common.update(capacity=48, min_after_dequeue=20, seed=3)
@@ -88,6 +99,9 @@ async def run(
         else:
             batches = ar.batch_join(sources, cfg.batch_size, capacity=40, **common)
         async for ids, noise in batches:
+            if cfg.records:  # (keys, values): parse and augment the batch
+                ids = ids_of(noise)
+                noise = rng.random(len(ids))
             out.ids.append(ids.tolist())
             out.noise.append(noise.tolist())
             if backend_yield:

@@ -62,25 +62,30 @@ async def _check_deterministic(cfg: Config, takes: list[int]) -> None:
 
 @pytest.mark.both_backends
 @pytest.mark.anyio
+@pytest.mark.parametrize("records", [False, True], ids=["examples", "record-refs"])
 @pytest.mark.parametrize("shuffle", [True, False])
 async def test_deterministic_resume_is_the_uninterrupted_stream(
-    dataset: Dataset, shuffle: bool
+    dataset: Dataset, shuffle: bool, records: bool
 ) -> None:
-    await _check_deterministic(Config(dataset.paths, shuffle=shuffle), [1, 4, 9, 15, 19])
+    cfg = Config(dataset.paths, shuffle=shuffle, records=records)
+    await _check_deterministic(cfg, [1, 4, 9, 15, 19])
 
 
 @pytest.mark.anyio
-async def test_deterministic_resume_in_gzip_files(gzip_dataset: Dataset) -> None:
-    await _check_deterministic(Config(gzip_dataset.paths, compression="GZIP"), [3, 8, 13])
+@pytest.mark.parametrize("records", [False, True], ids=["examples", "record-refs"])
+async def test_deterministic_resume_in_gzip_files(gzip_dataset: Dataset, records: bool) -> None:
+    cfg = Config(gzip_dataset.paths, compression="GZIP", records=records)
+    await _check_deterministic(cfg, [3, 8, 13])
 
 
 @pytest.mark.both_backends
 @pytest.mark.anyio
+@pytest.mark.parametrize("records", [False, True], ids=["examples", "record-refs"])
 @pytest.mark.parametrize("shuffle", [True, False])
 async def test_resume_with_many_tasks_delivers_each_record_once(
-    dataset: Dataset, shuffle: bool
+    dataset: Dataset, shuffle: bool, records: bool
 ) -> None:
-    cfg = Config(dataset.paths, deterministic=False, threads=3, shuffle=shuffle)
+    cfg = Config(dataset.paths, deterministic=False, threads=3, shuffle=shuffle, records=records)
     expected = Counter(dataset.ids * cfg.epochs)
     for take in (1, 6, 12, 18):
         first = await run(cfg, take=take, backend_yield=True)
@@ -102,14 +107,15 @@ async def test_stress_resume_after_every_batch(dataset: Dataset) -> None:
         assert _flat(first.ids + rest.ids) == expected, f"take={take}"
 
 
-def test_resume_in_a_new_process(dataset: Dataset, tmp_path: Path) -> None:
-    cfg = Config(dataset.paths)
+@pytest.mark.parametrize("records", [False, True], ids=["examples", "record-refs"])
+def test_resume_in_a_new_process(dataset: Dataset, tmp_path: Path, records: bool) -> None:
+    cfg = Config(dataset.paths, records=records)
     reference = anyio.run(lambda: run(cfg))
     first = anyio.run(lambda: run(cfg, take=7))
     assert first.checkpoint is not None
     state = tmp_path / "pipeline.ckpt"
     state.write_bytes(first.checkpoint)
-    args = json.dumps({"paths": dataset.paths})
+    args = json.dumps({"paths": dataset.paths, "records": records})
     done = subprocess.run(
         [sys.executable, str(HERE / "resumable_pipeline.py"), args, str(state)],
         capture_output=True,
@@ -339,11 +345,12 @@ async def _cancel_then_resume(cfg: Config, seed: int, expected: Counter[int]) ->
 
 @pytest.mark.both_backends
 @pytest.mark.anyio
+@pytest.mark.parametrize("records", [False, True], ids=["examples", "record-refs"])
 @pytest.mark.parametrize("threads", [1, 3])
 async def test_cancelled_pipelines_resume_from_the_last_checkpoint_exactly_once(
-    dataset: Dataset, threads: int
+    dataset: Dataset, threads: int, records: bool
 ) -> None:
-    cfg = Config(dataset.paths, deterministic=threads == 1, threads=threads)
+    cfg = Config(dataset.paths, deterministic=threads == 1, threads=threads, records=records)
     expected = Counter(dataset.ids * cfg.epochs)
     for seed in range(6):
         await _cancel_then_resume(cfg, seed, expected)
@@ -352,11 +359,12 @@ async def test_cancelled_pipelines_resume_from_the_last_checkpoint_exactly_once(
 @pytest.mark.stress
 @pytest.mark.both_backends
 @pytest.mark.anyio
+@pytest.mark.parametrize("records", [False, True], ids=["examples", "record-refs"])
 @pytest.mark.parametrize("threads", [1, 3])
 async def test_stress_cancelled_pipelines_resume_exactly_once(
-    dataset: Dataset, threads: int
+    dataset: Dataset, threads: int, records: bool
 ) -> None:
-    cfg = Config(dataset.paths, deterministic=threads == 1, threads=threads)
+    cfg = Config(dataset.paths, deterministic=threads == 1, threads=threads, records=records)
     expected = Counter(dataset.ids * cfg.epochs)
     for seed in range(100, 400):
         await _cancel_then_resume(cfg, seed, expected)

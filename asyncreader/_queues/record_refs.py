@@ -1,0 +1,330 @@
+"""RecordRefs: checkpoints that save queued reader records as references, not payloads.
+
+A shuffle buffer of serialized records (TensorFlow 1.x's "batch the records, parse the
+batch" layout) holds thousands of payloads; saving them makes every checkpoint as large as
+the buffer. The key a reader gives a record names where it came from, so a queue told
+which components hold a reader's keys and values saves, per element, only the work item
+(once per file), the record key and the value's CRC32C, about 12 bytes. A restored queue
+reads the values again (:mod:`asyncreader._readers.reread`) before it hands out anything,
+and a value that no longer matches its checksum fails the restore.
+
+:class:`RefLayout` binds a :class:`RecordRefs` to one queue's element layout and converts
+between the checkpoint value of stored elements (``snapshot_rows``) and its compact form.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, TypeAlias
+
+import numpy as np
+
+from .._errors import InvalidArgumentError
+
+if TYPE_CHECKING:
+    from .._readers.base import ReaderBase
+    from ._elements import TypedCodec, UntypedCodec
+
+__all__ = ["RecordRefs", "RecordRefsArg", "RefLayout", "as_record_refs"]
+
+#: What ``record_refs=`` accepts: a :class:`RecordRefs`, or a reader (components 0 and 1).
+RecordRefsArg: TypeAlias = "RecordRefs | ReaderBase | None"
+
+
+class RecordRefs:
+    """Which components of a queue's elements are a reader's record key and value.
+
+    Given as ``record_refs=`` to a queue or a batcher, it makes checkpoints save those
+    records as ``(work item, record key)`` references instead of their bytes; a restore
+    reads them again from their files before the queue hands anything out. The value
+    component must be the record exactly as the reader returned it (decoded or augmented
+    examples are not records and are saved as they are).
+
+    Args:
+        reader: A built-in reader (TFRecord, TextLine, FixedLength, WholeFile, Identity)
+            of the type and arguments that read the records; it reads them again on
+            restore without disturbing its own position.
+        key: The component holding the record key: its index, or its name in a queue
+            with ``names`` (a dict key in an untyped queue of dicts).
+        value: The component holding the record value, likewise.
+
+    Raises:
+        InvalidArgumentError: ``reader`` cannot read a record again from its key (a reader
+            subclass of your own), or the components are not distinct indices or names.
+    """
+
+    __module__ = "asyncreader"
+    __slots__ = ("key", "reader", "value")
+
+    def __init__(self, reader: ReaderBase, key: int | str = 0, value: int | str = 1) -> None:
+        from .._readers.base import ReaderBase
+
+        if not isinstance(reader, ReaderBase):
+            raise InvalidArgumentError(f"RecordRefs needs a reader, not {type(reader).__name__}")
+        if not reader._rereadable:
+            raise InvalidArgumentError(
+                f"{type(reader).__name__} cannot read a record again from its key; "
+                "record_refs needs a built-in reader (its records are saved as payloads)"
+            )
+        for what, component in (("key", key), ("value", value)):
+            if isinstance(component, bool) or not isinstance(component, (int, str)):
+                raise InvalidArgumentError(
+                    f"RecordRefs {what} must be a component index or name, not {component!r}"
+                )
+            if isinstance(component, int) and component < 0:
+                raise InvalidArgumentError(f"RecordRefs {what} must be >= 0, not {component}")
+        if key == value:
+            raise InvalidArgumentError(f"RecordRefs key and value are one component: {key!r}")
+        self.reader = reader
+        self.key = key
+        self.value = value
+
+    def __repr__(self) -> str:
+        return f"RecordRefs({self.reader!r}, key={self.key!r}, value={self.value!r})"
+
+
+def as_record_refs(spec: RecordRefsArg) -> RecordRefs | None:
+    """Return ``spec`` as a :class:`RecordRefs` (a bare reader means components 0 and 1).
+
+    Raises:
+        InvalidArgumentError: ``spec`` is neither.
+    """
+    if spec is None or isinstance(spec, RecordRefs):
+        return spec
+    return RecordRefs(spec)
+
+
+class RefLayout:
+    """A :class:`RecordRefs` bound to one queue's element layout.
+
+    Args:
+        refs: The components and reader.
+        codec: The queue's element codec.
+        queue: The queue's name, for messages.
+
+    Raises:
+        InvalidArgumentError: a component does not exist, or is not a scalar string.
+    """
+
+    __slots__ = ("_key", "_queue", "_reader", "_typed", "_value")
+
+    def __init__(self, refs: RecordRefs, codec: TypedCodec | UntypedCodec, queue: str) -> None:
+        self._reader = refs.reader
+        self._queue = queue
+        self._typed = codec.typed
+        self._key: Any = refs.key
+        self._value: Any = refs.value
+        if codec.typed:
+            self._key = self._component(refs.key, codec)
+            self._value = self._component(refs.value, codec)
+
+    def _component(self, which: int | str, codec: TypedCodec | UntypedCodec) -> int:
+        assert codec.dtypes is not None
+        names = codec.names
+        if isinstance(which, str):
+            if names is None or which not in names:
+                raise InvalidArgumentError(
+                    f"record_refs: queue '{self._queue}' has no component named {which!r}"
+                )
+            index = names.index(which)
+        elif which < len(codec.dtypes):
+            index = which
+        else:
+            raise InvalidArgumentError(
+                f"record_refs: queue '{self._queue}' has {len(codec.dtypes)} components, "
+                f"not {which + 1}"
+            )
+        shape = None if codec.shapes is None else codec.shapes[index]
+        if codec.dtypes[index].kind != "O" or shape not in (None, ()):
+            raise InvalidArgumentError(
+                f"record_refs: component {which!r} of queue '{self._queue}' must be a "
+                "scalar string, as reader keys and values are"
+            )
+        return index
+
+    # -- the checkpoint header -------------------------------------------------------------
+
+    def header(self) -> dict[str, Any]:
+        """Return what a restoring queue checks its own layout against."""
+        config = {k: v for k, v in self._reader._shared_config().items() if k != "name"}
+        return {
+            "reader": type(self._reader).__name__,
+            "config": repr(sorted(config.items())),
+            "key": self._key,
+            "value": self._value,
+        }
+
+    def check(self, header: Any) -> None:
+        """Check a saved :meth:`header` against this layout.
+
+        Raises:
+            InvalidArgumentError: the records were saved by another reader type or
+                configuration, or with other components.
+        """
+        mine = self.header()
+        if header != mine:
+            raise InvalidArgumentError(
+                f"queue '{self._queue}' saved its records as references {header}, which do "
+                f"not fit its record_refs {mine}"
+            )
+
+    # -- stored elements <-> references ----------------------------------------------------
+
+    def strip(self, snapshot: Any) -> dict[str, Any]:
+        """Return ``snapshot`` (from ``snapshot_rows``) with its records as references.
+
+        Raises:
+            InvalidArgumentError: an element's key is not a key of the reader, or its
+                value is not ``bytes``.
+        """
+        from .._readers.reread import checksums
+
+        keys, values, rest = self._split(snapshot)
+        for i, value in enumerate(values):
+            if type(value) is not bytes:
+                raise InvalidArgumentError(
+                    f"record_refs: element {i} of queue '{self._queue}' has a "
+                    f"{type(value).__name__} as its value component {self._value!r}, not "
+                    "the bytes a reader returned"
+                )
+        works: dict[bytes, int] = {}
+        work_index = np.empty(len(keys), dtype=np.uint32)
+        records = np.empty(len(keys), dtype=np.int64)
+        split = self._reader._split_key
+        for i, key in enumerate(keys):
+            if type(key) is not bytes:
+                raise InvalidArgumentError(
+                    f"record_refs: element {i} of queue '{self._queue}' has a "
+                    f"{type(key).__name__} as its key component {self._key!r}, not a reader key"
+                )
+            try:
+                work, record = split(key)
+            except InvalidArgumentError as exc:
+                exc.add_note(f"element {i} of queue '{self._queue}' (record_refs)")
+                raise
+            work_index[i] = works.setdefault(work, len(works))
+            records[i] = record
+        return {
+            "works": list(works),
+            "work": work_index,
+            "record": records,
+            "crc32c": checksums(values),
+            "rest": rest,
+        }
+
+    def _split(self, snapshot: Any) -> tuple[list[Any], list[Any], Any]:
+        k, v = self._key, self._value
+        if not self._typed:
+            keys, values, rest = [], [], []
+            for i, element in enumerate(snapshot):
+                try:
+                    if not isinstance(element, (tuple, list, dict)):
+                        raise TypeError
+                    keys.append(element[k])
+                    values.append(element[v])
+                except (TypeError, KeyError, IndexError):
+                    raise InvalidArgumentError(
+                        f"record_refs: element {i} of queue '{self._queue}' has no components "
+                        f"{k!r} and {v!r}: {type(element).__name__}"
+                    ) from None
+                rest.append(_blank(element, k, v))
+            return keys, values, rest
+        if "stacked" in snapshot:
+            arrays = snapshot["stacked"]
+            blanked = [None if j in (k, v) else a for j, a in enumerate(arrays)]
+            return arrays[k].tolist(), arrays[v].tolist(), {"stacked": blanked}
+        rows = snapshot["rows"]
+        blank_rows = [[None if j in (k, v) else c for j, c in enumerate(r)] for r in rows]
+        return [r[k] for r in rows], [r[v] for r in rows], {"rows": blank_rows}
+
+    async def restore(self, sections: list[Any]) -> list[Any]:
+        """Read the records of sections from :meth:`strip` again; return their snapshots.
+
+        All sections are read together, each file once.
+
+        Raises:
+            InvalidArgumentError: a section is malformed.
+            NotFoundError: a file is gone.
+            DataLossError: a record is corrupt, missing or changed since the checkpoint.
+        """
+        from .._readers.reread import reread
+
+        works: dict[bytes, int] = {}
+        parts: list[tuple[np.ndarray[Any, Any], ...]] = []
+        try:
+            for section in sections:
+                remap = np.array(
+                    [works.setdefault(bytes(w), len(works)) for w in section["works"]],
+                    dtype=np.uint32,
+                )
+                index = np.asarray(section["work"], dtype=np.uint32)
+                records = np.asarray(section["record"], dtype=np.int64)
+                crcs = np.asarray(section["crc32c"], dtype=np.uint32)
+                if not (index.shape == records.shape == crcs.shape and index.ndim == 1):
+                    raise ValueError("reference arrays differ in length")
+                if len(index) and (int(index.max()) >= len(remap) or int(records.min()) < 0):
+                    raise ValueError("reference out of range")
+                parts.append((remap[index], records, crcs))
+        except (TypeError, KeyError, ValueError) as exc:
+            raise InvalidArgumentError(
+                f"malformed record references in the checkpoint of queue '{self._queue}': {exc}"
+            ) from None
+        if parts:
+            keys, values = await reread(
+                self._reader,
+                list(works),
+                np.concatenate([p[0] for p in parts]),
+                np.concatenate([p[1] for p in parts]),
+                np.concatenate([p[2] for p in parts]),
+            )
+        else:
+            keys, values = [], []
+        out = []
+        start = 0
+        for section, part in zip(sections, parts, strict=True):
+            stop = start + len(part[1])
+            out.append(self._fill(section["rest"], keys[start:stop], values[start:stop]))
+            start = stop
+        return out
+
+    def _fill(self, rest: Any, keys: list[bytes], values: list[bytes]) -> Any:
+        k, v = self._key, self._value
+        if not self._typed:
+            if not isinstance(rest, list) or len(rest) != len(keys):
+                raise InvalidArgumentError(f"malformed checkpoint of queue '{self._queue}'")
+            return [
+                _refill(element, k, key, v, value)
+                for element, key, value in zip(rest, keys, values, strict=True)
+            ]
+        if "stacked" in rest:
+            arrays = list(rest["stacked"])
+            arrays[k] = _objects(keys)
+            arrays[v] = _objects(values)
+            return {"stacked": arrays}
+        rows = [list(r) for r in rest["rows"]]
+        for r, key, value in zip(rows, keys, values, strict=True):
+            r[k], r[v] = key, value
+        return {"rows": rows}
+
+
+def _blank(element: Any, k: Any, v: Any) -> Any:
+    """Return ``element`` with components ``k`` and ``v`` set to ``None``."""
+    if isinstance(element, dict):
+        return {**element, k: None, v: None}
+    blanked = list(element)
+    blanked[k] = blanked[v] = None
+    return tuple(blanked) if isinstance(element, tuple) else blanked
+
+
+def _refill(element: Any, k: Any, key: bytes, v: Any, value: bytes) -> Any:
+    """Return ``element`` (from :func:`_blank`) with its key and value put back."""
+    if isinstance(element, dict):
+        return {**element, k: key, v: value}
+    filled = list(element)
+    filled[k], filled[v] = key, value
+    return tuple(filled) if isinstance(element, tuple) else filled
+
+
+def _objects(items: list[bytes]) -> np.ndarray[Any, Any]:
+    out = np.empty(len(items), dtype=object)
+    out[:] = items
+    return out

@@ -1,0 +1,114 @@
+"""Reading records again from their keys: how checkpoints keep queues of records small.
+
+A record's key names where it came from (``b"<work item>:<record key>"``, SPEC §3.7), so a
+checkpoint can save a queue of reader records as ``(work item, record key)`` references
+and the CRC32C of each value, and a restore can read the values again. This module does
+the reading: references are grouped by work item, each file is read once on the I/O
+executor (files in parallel, as the executor allows), and every value is checked against
+its saved checksum, so a file that changed since the checkpoint fails the restore with a
+:class:`~asyncreader.DataLossError` instead of feeding other data.
+
+How a file is read depends on the format (the reader's ``_reread``): uncompressed TFRecord
+and fixed-length files seek to each record (reading on through gaps shorter than a seek is
+worth); text lines and compressed files are framed once from the start up to the last
+record wanted.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import anyio
+import numpy as np
+
+from .._errors import DataLossError
+from .._io.crc import extend
+from .._io.executor import run_io
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from .base import ReaderBase
+
+__all__ = ["checksums", "reread"]
+
+
+def checksums(values: Sequence[bytes]) -> np.ndarray[tuple[int], np.dtype[np.uint32]]:
+    """Return the CRC32C of each value (what :func:`reread` checks the values against)."""
+    return np.fromiter((extend(0, v) for v in values), dtype=np.uint32, count=len(values))
+
+
+async def reread(
+    reader: ReaderBase,
+    works: Sequence[bytes],
+    work_index: np.ndarray[tuple[int], np.dtype[np.uint32]],
+    records: np.ndarray[tuple[int], np.dtype[np.int64]],
+    crcs: np.ndarray[tuple[int], np.dtype[np.uint32]],
+) -> tuple[list[bytes], list[bytes]]:
+    """Read the referenced records again; return their keys and values, in order.
+
+    Reference ``i`` is record ``records[i]`` of work item ``works[work_index[i]]``; the
+    same record may be referenced more than once (two epochs in one shuffle buffer).
+
+    Raises:
+        NotFoundError: a file is gone.
+        DataLossError: a record is corrupt, missing, or differs from its checksum.
+    """
+    n = len(records)
+    values: list[bytes] = [b""] * n
+    order = np.lexsort((records, work_index))  # by file, then by record
+    bounds = np.flatnonzero(np.diff(work_index[order])) + 1
+    groups = np.split(order, bounds) if n else []
+
+    failed: list[Exception] = []
+
+    async def one_file(refs: np.ndarray[tuple[int], np.dtype[np.intp]]) -> None:
+        work = works[int(work_index[refs[0]])]
+        wanted = np.unique(records[refs]).tolist()
+        try:
+            if reader._reread_blocks:
+                found = await run_io(_reread_checked, reader, work, wanted, refs, records, crcs)
+            else:
+                found = _reread_checked(reader, work, wanted, refs, records, crcs)
+        except Exception as exc:
+            # The first bad file is the error (not a group of one): stop the others.
+            failed.append(exc)
+            tg.cancel_scope.cancel()
+            return
+        for i, value in zip(refs.tolist(), found, strict=True):
+            values[i] = value
+
+    async with anyio.create_task_group() as tg:
+        for refs in groups:
+            tg.start_soon(one_file, refs)
+    if failed:
+        raise failed[0]
+    keys = [
+        reader._record_key(works[w], r)
+        for w, r in zip(work_index.tolist(), records.tolist(), strict=True)
+    ]
+    return keys, values
+
+
+def _reread_checked(
+    reader: ReaderBase,
+    work: bytes,
+    wanted: list[int],
+    refs: np.ndarray[tuple[int], np.dtype[np.intp]],
+    records: np.ndarray[tuple[int], np.dtype[np.int64]],
+    crcs: np.ndarray[tuple[int], np.dtype[np.uint32]],
+) -> list[bytes]:
+    """Read ``wanted`` (sorted, distinct) of ``work``; return the values of ``refs``."""
+    by_record = dict(zip(wanted, reader._reread(work, wanted), strict=True))
+    out: list[bytes] = []
+    for i in refs.tolist():
+        record = int(records[i])
+        value = by_record[record]
+        if extend(0, value) != int(crcs[i]):
+            raise DataLossError(
+                "record differs from the one the checkpoint saved (the file changed since)",
+                work_item=work,
+                record=record,
+            )
+        out.append(value)
+    return out
