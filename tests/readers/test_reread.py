@@ -53,7 +53,7 @@ CASES: list[tuple[str, Callable[[], ar.ReaderBase], bytes]] = [
 
 async def _records(reader: ar.ReaderBase, paths: list[str]) -> list[tuple[bytes, bytes]]:
     q = await work_queue(paths)
-    out = []
+    out: list[tuple[bytes, bytes]] = []
     while True:
         try:
             keys, values = await reader.read_up_to(q, 1000)

@@ -230,12 +230,13 @@ async def _checkpoint_of_queued_records(
         files = ar.FIFOQueue(None)
         await files.enqueue_many(paths)
         await files.close()
-        records = []
+        records: list[tuple[bytes, bytes]] = []
         for _ in paths:
             keys, values = await reader.read_up_to(files, 1000)
             records += zip(keys, values, strict=True)
         await queue.enqueue_many(records)
-        return await sess.checkpoint(), records
+        state = await sess.checkpoint()
+    return state, records
 
 
 def _write_gzip_files(directory: Path) -> list[str]:
@@ -275,6 +276,7 @@ async def test_a_changed_file_fails_the_restore_naming_file_and_record(tmp_path:
     with pytest.raises(ar.DataLossError) as info:
         await _restore_and_dequeue(state)
     assert info.value.work_item == paths[1].encode()
+    assert isinstance(info.value.record, int)
     assert b"%s:%d" % (paths[1].encode(), info.value.record) in {k for k, _ in records}
     assert "changed since" in str(info.value)
 
