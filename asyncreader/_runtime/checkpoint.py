@@ -19,7 +19,9 @@ queue (a reader waiting for a work item needs the producer), so the pause always
 Then every component is saved synchronously, in one step of the event loop, and the
 tasks go on. Components find their saved state by kind and creation order (the same
 pipeline code builds them in the same order), and restore themselves as they are built
-inside ``Session(restore=...)``.
+inside ``Session(restore=...)``; a queue that saved reader records as references
+(``record_refs``) reads them again in a task of the session's coordinator, and holds
+every other operation back until they are in.
 
 Deterministic mode (``Session(deterministic=True)``) removes the timing dependence that
 makes a restored stream differ from an uninterrupted one: see ``docs/guides/checkpoints.md``.

@@ -26,6 +26,17 @@ async def work_queue(items: Iterable[object], *, close: bool = True) -> ar.FIFOQ
     return q
 
 
+async def drain(reader: ar.ReaderBase, q: ar.FIFOQueue) -> list[tuple[bytes, bytes]]:
+    """Return every ``(key, value)`` the reader reads from ``q`` until it is exhausted."""
+    out: list[tuple[bytes, bytes]] = []
+    while True:
+        try:
+            keys, values = await reader.read_up_to(q, 1000)
+        except ar.OutOfRangeError:
+            return out
+        out += zip(keys, values, strict=True)
+
+
 def open_fds() -> int:
     """Return how many file descriptors this process has open."""
     return len(os.listdir("/proc/self/fd"))

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 import anyio
 import pytest
-from readers_util import tfrecord_bytes, work_queue
+from readers_util import drain, tfrecord_bytes, work_queue
 
 import asyncreader as ar
 
@@ -97,16 +97,6 @@ http {{
         proc.wait(timeout=10)
 
 
-async def _drain(reader: ar.ReaderBase, q: ar.FIFOQueue) -> list[tuple[bytes, bytes]]:
-    out: list[tuple[bytes, bytes]] = []
-    while True:
-        try:
-            keys, values = await reader.read_up_to(q, 1000)
-        except ar.OutOfRangeError:
-            return out
-        out += zip(keys, values, strict=True)
-
-
 @pytest.mark.both_backends
 async def test_memory_urls_are_read_through_fsspec() -> None:
     mem = fsspec.filesystem("memory")
@@ -114,7 +104,7 @@ async def test_memory_urls_are_read_through_fsspec() -> None:
     mem.pipe("/ar-test/b.txt", b"x\ny\n")
     try:
         async with ar.TFRecordReader() as reader:
-            got = await _drain(reader, await work_queue(["memory://ar-test/a.tfrecord"]))
+            got = await drain(reader, await work_queue(["memory://ar-test/a.tfrecord"]))
         assert got == [
             (b"memory://ar-test/a.tfrecord:0", b"one"),
             (b"memory://ar-test/a.tfrecord:19", b"two"),
@@ -142,11 +132,11 @@ def test_unknown_scheme_is_a_clear_error() -> None:
 async def test_http_tfrecord_and_text_files(nginx: tuple[str, Path]) -> None:
     base, _ = nginx
     async with ar.TFRecordReader() as reader:
-        got = await _drain(reader, await work_queue([f"{base}/data.tfrecord"]))
+        got = await drain(reader, await work_queue([f"{base}/data.tfrecord"]))
     assert [v for _, v in got] == PAYLOADS
     assert got[1][0] == f"{base}/data.tfrecord:{16 + len(PAYLOADS[0])}".encode()
     async with ar.TextLineReader() as text:
-        lines = await _drain(text, await work_queue([f"{base}/lines.txt"]))
+        lines = await drain(text, await work_queue([f"{base}/lines.txt"]))
     assert len(lines) == 50_000
     assert lines[-1] == (f"{base}/lines.txt:50000".encode(), b"line 49999")
 
@@ -171,7 +161,7 @@ async def test_http_restore_mid_file_uses_range_reads(nginx: tuple[str, Path]) -
     size_before = log.stat().st_size
     async with ar.TFRecordReader() as second:
         second.restore_state(state)
-        rest = await _drain(second, q)
+        rest = await drain(second, q)
     assert [v for _, v in head + rest] == PAYLOADS
     requests = log.read_bytes()[size_before:]
     assert b'" 206 ' in requests  # partial content: the restore seeked instead of re-reading
@@ -185,7 +175,7 @@ async def test_http_records_are_read_again_by_key_with_range_reads(
     base, log = nginx
     url = f"{base}/data.tfrecord"
     async with ar.TFRecordReader() as reader:
-        records = await _drain(reader, await work_queue([url]))
+        records = await drain(reader, await work_queue([url]))
         wanted = sorted({reader._split_key(k)[1] for k, _ in records[-3:] + records[7_000:7_002]})
         size_before = log.stat().st_size
         got = await anyio.to_thread.run_sync(reader._reread, url.encode(), wanted)

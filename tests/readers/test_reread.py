@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 import pytest
-from readers_util import tfrecord_bytes, work_queue
+from readers_util import drain, tfrecord_bytes, work_queue
 
 import asyncreader as ar
 from asyncreader._readers.reread import checksums, reread
@@ -52,14 +52,7 @@ CASES: list[tuple[str, Callable[[], ar.ReaderBase], bytes]] = [
 
 
 async def _records(reader: ar.ReaderBase, paths: list[str]) -> list[tuple[bytes, bytes]]:
-    q = await work_queue(paths)
-    out: list[tuple[bytes, bytes]] = []
-    while True:
-        try:
-            keys, values = await reader.read_up_to(q, 1000)
-        except ar.OutOfRangeError:
-            return out
-        out += zip(keys, values, strict=True)
+    return await drain(reader, await work_queue(paths))
 
 
 @pytest.mark.parametrize(("name", "make", "data"), CASES, ids=[c[0] for c in CASES])
