@@ -433,11 +433,7 @@ class Batcher:
         for index, comps in tree["pending"]:
             if isinstance(comps, dict):  # saved as record references
                 refs = self._queue._refs
-                if refs is None:
-                    raise InvalidArgumentError(
-                        f"{self._what}: the checkpoint saved records as references: pass "
-                        "the same record_refs to restore it"
-                    )
+                assert refs is not None  # else the queue's restore refused the checkpoint
                 (snapshot,) = await refs.restore([comps["record_refs"]])
                 comps = self._from_rows(snapshot["rows"])
             self._sources[index].pending = self._structure.pack(comps)

@@ -4,7 +4,7 @@ A shuffle buffer of serialized records (TensorFlow 1.x's "batch the records, par
 batch" layout) holds thousands of payloads; saving them makes every checkpoint as large as
 the buffer. The key a reader gives a record names where it came from, so a queue told
 which components hold a reader's keys and values saves, per element, only the work item
-(once per file), the record key and the value's CRC32C, about 12 bytes. A restored queue
+(once per file), the record key and the value's CRC32C: 16 bytes. A restored queue
 reads the values again (:mod:`asyncreader._readers.reread`) before it hands out anything,
 and a value that no longer matches its checksum fails the restore.
 

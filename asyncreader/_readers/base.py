@@ -288,9 +288,9 @@ class ReaderBase(SharedResource, ABC):
             return work, int(tail)
         raise InvalidArgumentError(f"{key!r} is not a record key of a {type(self).__name__}")
 
-    def _record_key(self, work: bytes, record: int) -> bytes:
-        """Return the key of record ``record`` of ``work`` (inverse of :meth:`_split_key`)."""
-        return b"%s:%d" % (work, record)
+    def _record_keys(self, work: bytes, records: list[int]) -> list[bytes]:
+        """Return the keys of ``records`` of ``work`` (inverse of :meth:`_split_key`)."""
+        return bulk_keys(work + b":", records)
 
     def _reread(self, work: bytes, wanted: list[int]) -> list[bytes]:
         """Return the values of records ``wanted`` (sorted, distinct) of ``work``.

@@ -29,8 +29,8 @@ class IdentityReader(ReaderBase):
     def _split_key(self, key: bytes) -> tuple[bytes, int]:
         return key, 0  # key and value are the work item
 
-    def _record_key(self, work: bytes, record: int) -> bytes:
-        return work
+    def _record_keys(self, work: bytes, records: list[int]) -> list[bytes]:
+        return [work] * len(records)
 
     def _reread(self, work: bytes, wanted: list[int]) -> list[bytes]:
         return [work]

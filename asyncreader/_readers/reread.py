@@ -55,6 +55,7 @@ async def reread(
         DataLossError: a record is corrupt, missing, or differs from its checksum.
     """
     n = len(records)
+    keys: list[bytes] = [b""] * n
     values: list[bytes] = [b""] * n
     order = np.lexsort((records, work_index))  # by file, then by record
     bounds = np.flatnonzero(np.diff(work_index[order])) + 1
@@ -75,7 +76,9 @@ async def reread(
             failed.append(exc)
             tg.cancel_scope.cancel()
             return
-        for i, value in zip(refs.tolist(), found, strict=True):
+        made = reader._record_keys(work, records[refs].tolist())
+        for i, key, value in zip(refs.tolist(), made, found, strict=True):
+            keys[i] = key
             values[i] = value
 
     async with anyio.create_task_group() as tg:
@@ -83,10 +86,6 @@ async def reread(
             tg.start_soon(one_file, refs)
     if failed:
         raise failed[0]
-    keys = [
-        reader._record_key(works[w], r)
-        for w, r in zip(work_index.tolist(), records.tolist(), strict=True)
-    ]
     return keys, values
 
 

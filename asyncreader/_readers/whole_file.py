@@ -56,8 +56,8 @@ class WholeFileReader(ReaderBase):
     def _split_key(self, key: bytes) -> tuple[bytes, int]:
         return key, 0  # the key is the work item
 
-    def _record_key(self, work: bytes, record: int) -> bytes:
-        return work
+    def _record_keys(self, work: bytes, records: list[int]) -> list[bytes]:
+        return [work] * len(records)
 
     def _reread(self, work: bytes, wanted: list[int]) -> list[bytes]:
         return [read_whole(work)]

@@ -67,7 +67,7 @@ async def test_reread_returns_the_records_the_reader_read(
     for key, value in records:
         work, record = reader._split_key(key)
         assert work == str(path).encode()
-        assert reader._record_key(work, record) == key
+        assert reader._record_keys(work, [record]) == [key]
         by_record[record] = value
     every = sorted(by_record)
     rng = random.Random(name)

@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 
 import asyncreader as ar
+from asyncreader._runtime import state_codec
 
 pytestmark = pytest.mark.anyio
 
@@ -314,6 +315,19 @@ async def test_a_restore_that_does_not_fit_is_refused(tmp_path: Path) -> None:
     async with ar.Session(restore=payloads):
         with pytest.raises(ar.InvalidArgumentError, match="saved payloads"):
             ar.FIFOQueue(None, record_refs=ar.TFRecordReader())
+
+
+async def test_malformed_references_fail_the_restore(tmp_path: Path) -> None:
+    paths = _write_tfrecords(tmp_path)
+    state, _ = await _checkpoint_of_queued_records(paths, ar.TFRecordReader())
+    tree = state_codec.decode(state)
+    stored = tree["components"]["queue/0"]["stored"]
+    stored["record"] = stored["record"][:-1]  # one reference short
+    with pytest.raises(ar.InvalidArgumentError, match="malformed record references"):
+        await _restore_and_dequeue(state_codec.encode(tree))
+    stored["record"] = np.append(stored["record"], -5)
+    with pytest.raises(ar.InvalidArgumentError, match="out of range"):
+        await _restore_and_dequeue(state_codec.encode(tree))
 
 
 async def test_elements_that_are_not_reader_records_are_named_at_checkpoint() -> None:
