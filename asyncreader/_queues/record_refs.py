@@ -179,37 +179,40 @@ class RefLayout:
         from .._readers.reread import checksums
 
         keys, values, rest = self._split(snapshot)
-        for i, value in enumerate(values):
-            if type(value) is not bytes:
-                raise InvalidArgumentError(
-                    f"record_refs: element {i} of queue '{self._queue}' has a "
-                    f"{type(value).__name__} as its value component {self._value!r}, not "
-                    "the bytes a reader returned"
-                )
-        works: dict[bytes, int] = {}
-        work_index = np.empty(len(keys), dtype=np.uint32)
-        records = np.empty(len(keys), dtype=np.int64)
-        split = self._reader._split_key
-        for i, key in enumerate(keys):
-            if type(key) is not bytes:
-                raise InvalidArgumentError(
-                    f"record_refs: element {i} of queue '{self._queue}' has a "
-                    f"{type(key).__name__} as its key component {self._key!r}, not a reader key"
-                )
-            try:
-                work, record = split(key)
-            except InvalidArgumentError as exc:
-                exc.add_note(f"element {i} of queue '{self._queue}' (record_refs)")
-                raise
-            work_index[i] = works.setdefault(work, len(works))
-            records[i] = record
+        if not all(type(value) is bytes for value in values):
+            i, value = next((i, v) for i, v in enumerate(values) if type(v) is not bytes)
+            raise InvalidArgumentError(
+                f"record_refs: element {i} of queue '{self._queue}' has a "
+                f"{type(value).__name__} as its value component {self._value!r}, not "
+                "the bytes a reader returned"
+            )
+        if not all(type(key) is bytes for key in keys):
+            i, key = next((i, k) for i, k in enumerate(keys) if type(k) is not bytes)
+            raise InvalidArgumentError(
+                f"record_refs: element {i} of queue '{self._queue}' has a "
+                f"{type(key).__name__} as its key component {self._key!r}, not a reader key"
+            )
+        try:
+            works, index, records = self._reader._split_keys(keys)
+        except InvalidArgumentError:
+            self._name_bad_key(keys)
+            raise
         return {
-            "works": list(works),
-            "work": work_index,
-            "record": records,
+            "works": works,
+            "work": np.array(index, dtype=np.uint32),
+            "record": np.array(records, dtype=np.int64),
             "crc32c": checksums(values),
             "rest": rest,
         }
+
+    def _name_bad_key(self, keys: list[bytes]) -> None:
+        """Raise the error of the first key the reader did not make, naming its element."""
+        for i, key in enumerate(keys):
+            try:
+                self._reader._split_key(key)
+            except InvalidArgumentError as exc:
+                exc.add_note(f"element {i} of queue '{self._queue}' (record_refs)")
+                raise
 
     def _split(self, snapshot: Any) -> tuple[list[Any], list[Any], Any]:
         k, v = self._key, self._value

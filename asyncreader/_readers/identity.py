@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from .base import ReaderBase
+from .base import ReaderBase, WorkItemKeys
 
 __all__ = ["IdentityReader"]
 
 
-class IdentityReader(ReaderBase):
+class IdentityReader(WorkItemKeys, ReaderBase):
     """A reader that outputs each work item as both key and value.
 
     Useful to pass work items through a reader pipeline unchanged. No I/O: the records
@@ -25,12 +25,6 @@ class IdentityReader(ReaderBase):
     _tf_state: ClassVar[bool] = True
     _rereadable: ClassVar[bool] = True
     _reread_blocks: ClassVar[bool] = False
-
-    def _split_key(self, key: bytes) -> tuple[bytes, int]:
-        return key, 0  # key and value are the work item
-
-    def _record_keys(self, work: bytes, records: list[int]) -> list[bytes]:
-        return [work] * len(records)
 
     def _reread(self, work: bytes, wanted: list[int]) -> list[bytes]:
         return [work]

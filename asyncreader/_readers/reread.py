@@ -22,7 +22,7 @@ import anyio
 import numpy as np
 
 from .._errors import DataLossError
-from .._io.crc import extend
+from .._io.crc import crc32c_bytes
 from .._io.executor import run_io
 
 if TYPE_CHECKING:
@@ -34,8 +34,11 @@ __all__ = ["checksums", "reread"]
 
 
 def checksums(values: Sequence[bytes]) -> np.ndarray[tuple[int], np.dtype[np.uint32]]:
-    """Return the CRC32C of each value (what :func:`reread` checks the values against)."""
-    return np.fromiter((extend(0, v) for v in values), dtype=np.uint32, count=len(values))
+    """Return the CRC32C of each value (what :func:`reread` checks the values against).
+
+    ``values`` are ``bytes`` (reader records): the C function runs on each directly.
+    """
+    return np.fromiter(map(crc32c_bytes, values), dtype=np.uint32, count=len(values))
 
 
 async def reread(
@@ -99,15 +102,13 @@ def _reread_checked(
 ) -> list[bytes]:
     """Read ``wanted`` (sorted, distinct) of ``work``; return the values of ``refs``."""
     by_record = dict(zip(wanted, reader._reread(work, wanted), strict=True))
-    out: list[bytes] = []
-    for i in refs.tolist():
-        record = int(records[i])
-        value = by_record[record]
-        if extend(0, value) != int(crcs[i]):
-            raise DataLossError(
-                "record differs from the one the checkpoint saved (the file changed since)",
-                work_item=work,
-                record=record,
-            )
-        out.append(value)
+    wanted_records = records[refs]
+    out = [by_record[record] for record in wanted_records.tolist()]
+    changed = np.flatnonzero(checksums(out) != crcs[refs])
+    if changed.size:
+        raise DataLossError(
+            "record differs from the one the checkpoint saved (the file changed since)",
+            work_item=work,
+            record=int(wanted_records[changed[0]]),
+        )
     return out

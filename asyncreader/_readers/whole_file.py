@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, ClassVar
 
 from .._io.filesystem import READ_BLOCK, open_work_item, read_whole
-from .base import ReaderBase
+from .base import ReaderBase, WorkItemKeys
 
 if TYPE_CHECKING:
     from .._io.filesystem import RandomAccessFile
@@ -14,7 +14,7 @@ if TYPE_CHECKING:
 __all__ = ["WholeFileReader"]
 
 
-class WholeFileReader(ReaderBase):
+class WholeFileReader(WorkItemKeys, ReaderBase):
     """A reader that outputs the entire contents of each file as one record.
 
     Key: the work item itself (no suffix); value: the file's bytes (``b""`` for an empty
@@ -52,12 +52,6 @@ class WholeFileReader(ReaderBase):
             parts.append(block)
         self._close_files()
         return self._work, b"".join(parts), True
-
-    def _split_key(self, key: bytes) -> tuple[bytes, int]:
-        return key, 0  # the key is the work item
-
-    def _record_keys(self, work: bytes, records: list[int]) -> list[bytes]:
-        return [work] * len(records)
 
     def _reread(self, work: bytes, wanted: list[int]) -> list[bytes]:
         return [read_whole(work)]

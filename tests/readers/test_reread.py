@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import gzip
 import random
+import re
 import zlib
 from typing import TYPE_CHECKING
 
@@ -195,3 +196,20 @@ def test_keys_are_split_at_the_last_colon_and_checked() -> None:
         with pytest.raises(ar.InvalidArgumentError, match="not a record key of a TFRecordReader"):
             reader._split_key(bad)
     assert ar.WholeFileReader()._split_key(b"a:b") == (b"a:b", 0)
+
+
+def test_keys_are_split_in_bulk_as_one_by_one() -> None:
+    reader = ar.TFRecordReader()
+    keys = [b"b:16", b"http://h:80/a:0", b"b:0", b"x:y:7", b"http://h:80/a:1200000000000"]
+    works, index, records = reader._split_keys(keys)
+    assert works == [b"b", b"http://h:80/a", b"x:y"]
+    assert [(works[i], r) for i, r in zip(index, records, strict=True)] == [
+        reader._split_key(k) for k in keys
+    ]
+    assert reader._split_keys([]) == ([], [], [])
+    # A key with no colon whose digits would pass as a record key is refused too.
+    for bad in (b"12", b"f:", b"f:01", b"f:-1", b"f:1\n", b"f:\n1", b"f:1_0"):
+        with pytest.raises(ar.InvalidArgumentError, match=re.escape(repr(bad))):
+            reader._split_keys([b"good:1", bad, b"good:2"])
+    whole = ar.WholeFileReader()
+    assert whole._split_keys([b"a:1", b"b", b"a:1"]) == ([b"a:1", b"b"], [0, 1, 0], [0, 0, 0])
