@@ -299,7 +299,8 @@ class ReaderBase(SharedResource, ABC):
         record key.
 
         One pass splits the keys and one regular expression checks all record keys at
-        once, about half the time of a :meth:`_split_key` call each.
+        once; only when that check fails are the keys split one by one, to raise the
+        first bad key's error.
 
         Raises:
             InvalidArgumentError: a key is not one this reader made.
