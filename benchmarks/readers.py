@@ -13,8 +13,10 @@ each once to warm the page cache, then times, best of three wall-clock runs:
   the same file (4 MiB reads, records sliced, TFRecord payloads checksummed; no keys, no
   event loop). It shows what per-record objects cost against raw, and the reader's own
   overhead against it;
-* ``tf.data.TFRecordDataset(...).batch(1024)`` over the same file, when TensorFlow imports
-  (run the script with a Python that has it, e.g. ``/work/tfvenv/bin/python``).
+* the matching ``tf.data`` reader (``TFRecordDataset``, ``TextLineDataset``,
+  ``FixedLengthRecordDataset``) with ``.batch(1024)`` over the same file, when TensorFlow
+  imports (run the script with a Python that has it installed); its ratio is its time over
+  the reader's, so above 1.00x the reader is faster.
 
 Bars: TFRecord 100 KiB records >= 60% of raw; TFRecord 100-byte records (2M) batched
 >= 1.0x tf.data (GZIP too); text lines >= 5M lines/s; FixedLength 3,073-byte records
@@ -173,16 +175,27 @@ def reader_run(make: Callable[[], ar.ReaderBase], path: Path, n: int | None) -> 
     return lambda: anyio.run(_drain_up_to, make, path, n)
 
 
-def tf_data_run(path: Path, compression: str) -> Callable[[], int] | None:
+def tf_data_run(
+    path: Path, compression: str = "", kind: str = "tfrecord"
+) -> Callable[[], int] | None:
+    """Return a run of the matching ``tf.data`` reader ``.batch(1024)`` over ``path``, or
+    ``None`` when TensorFlow does not import. ``kind``: ``"tfrecord"``, ``"text"`` or
+    ``"fixed:<record bytes>"``."""
     try:
         os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
         import tensorflow as tf
     except ImportError:
         return None
 
+    def dataset() -> Any:
+        if kind == "text":
+            return tf.data.TextLineDataset(str(path))
+        if kind.startswith("fixed:"):
+            return tf.data.FixedLengthRecordDataset(str(path), int(kind.split(":")[1]))
+        return tf.data.TFRecordDataset(str(path), compression_type=compression)
+
     def run() -> int:
-        ds = tf.data.TFRecordDataset(str(path), compression_type=compression).batch(1024)
-        return sum(int(batch.shape[0]) for batch in ds)
+        return sum(int(batch.shape[0]) for batch in dataset().batch(1024))
 
     return run
 
@@ -217,10 +230,24 @@ class Table:
             print("| " + " | ".join(cells) + " |")
 
 
-def floor(table: Table, name: str, fn: Callable[[], int], raw_seconds: float, size: int) -> None:
+def floor(
+    table: Table, name: str, fn: Callable[[], int], raw_seconds: float, size: int, expected: int
+) -> None:
     """Add the case's "python floor" row (see ``floor_tfrecord``)."""
     seconds, records = best_of(fn)
+    _check_count(f"{name} python floor", records, expected)
     table.add(name, "python floor", seconds, records, size, f"{raw_seconds / seconds:.2f}x raw")
+
+
+def _check_count(what: str, got: int, expected: int) -> None:
+    """Stop the run when a method did not see every record: its time would mean nothing."""
+    if got != expected:
+        raise SystemExit(f"{what}: read {got} records, the file has {expected}")
+
+
+def _versus(tf_seconds: float | None, ours: float) -> str:
+    """The "; tf.data took N x our time" suffix of a verdict (empty without TensorFlow)."""
+    return "" if tf_seconds is None else f"; tf.data took {tf_seconds / ours:.2f}x our time"
 
 
 def run_all(tmp: Path, scale: float) -> None:
@@ -239,21 +266,39 @@ def run_all(tmp: Path, scale: float) -> None:
         n: int | None,
         raw_seconds: float,
         decompressed: int,
+        expected: int,
     ) -> tuple[float, int]:
         seconds, records = best_of(reader_run(make, path, n))
         how = "read()" if n is None else f"read_up_to({n})"
+        _check_count(f"{name} {how}", records, expected)
         table.add(name, how, seconds, records, decompressed, f"{raw_seconds / seconds:.2f}x raw")
         return seconds, records
 
+    def tf_data(
+        name: str, run: Callable[[], int] | None, ours: float, size: int, expected: int
+    ) -> float | None:
+        """Add the case's tf.data row; return its seconds (``None``: TensorFlow absent)."""
+        if run is None:
+            return None
+        run()  # the first pass builds the graph
+        seconds, records = best_of(run)
+        _check_count(f"{name} tf.data", records, expected)
+        table.add(
+            name, "tf.data batch(1024)", seconds, records, size, f"{seconds / ours:.2f}x ours"
+        )
+        return seconds
+
     # TFRecord, 100 KiB records.
     big = tmp / "big.tfrecord"
-    tfrecord_file(big, 100 << 10, int(2000 * scale))
+    big_count = int(2000 * scale)
+    tfrecord_file(big, 100 << 10, big_count)
     size = big.stat().st_size
     raw_s = raw(big)
     table.add("tfrecord 100KiB", "raw 4MiB reads", raw_s, int(2000 * scale), size, "1.00x raw")
-    floor(table, "tfrecord 100KiB", functools.partial(floor_tfrecord, big), raw_s, size)
-    s, _ = case("tfrecord 100KiB", big, ar.TFRecordReader, 1024, raw_s, size)
-    verdicts.append(f"tfrecord 100KiB vs raw: {raw_s / s:.2f} (bar 0.60)")
+    floor(table, "tfrecord 100KiB", functools.partial(floor_tfrecord, big), raw_s, size, big_count)
+    s, _ = case("tfrecord 100KiB", big, ar.TFRecordReader, 1024, raw_s, size, big_count)
+    tf_s = tf_data("tfrecord 100KiB", tf_data_run(big), s, size, big_count)
+    verdicts.append(f"tfrecord 100KiB vs raw: {raw_s / s:.2f} (bar 0.60){_versus(tf_s, s)}")
 
     # TFRecord, 100-byte records, uncompressed and GZIP, against tf.data.
     count = int(2_000_000 * scale)
@@ -266,17 +311,12 @@ def run_all(tmp: Path, scale: float) -> None:
         if not comp:  # a compressed file's raw read says nothing about its records
             table.add(label, "raw 4MiB reads", raw_s, count, decompressed, "1.00x raw")
         make = functools.partial(ar.TFRecordReader, comp)
-        s, _ = case(label, small, make, 1024, raw_s, decompressed)
+        s, _ = case(label, small, make, 1024, raw_s, decompressed, count)
         if not comp:
-            s1, n1 = case(label, small, ar.TFRecordReader, None, raw_s, decompressed)
+            s1, n1 = case(label, small, ar.TFRecordReader, None, raw_s, decompressed, count)
             verdicts.append(f"read() steady state: {s1 / n1 * 1e6:.2f} us/record (bar 5)")
-        tf_run = tf_data_run(small, comp)
-        if tf_run is not None:
-            tf_run()
-            tf_s, tf_n = best_of(tf_run)
-            table.add(
-                label, "tf.data batch(1024)", tf_s, tf_n, decompressed, f"{tf_s / s:.2f}x ours"
-            )
+        tf_s = tf_data(label, tf_data_run(small, comp), s, decompressed, count)
+        if tf_s is not None:
             verdicts.append(f"{label} vs tf.data: {tf_s / s:.2f}x (bar 1.0)")
         else:
             verdicts.append(f"{label}: TensorFlow not importable, no tf.data reference")
@@ -288,20 +328,23 @@ def run_all(tmp: Path, scale: float) -> None:
     raw_s = raw(text)
     lines = size and text.read_bytes().count(b"\n")
     table.add("text lines", "raw 4MiB reads", raw_s, lines, size, "1.00x raw")
-    floor(table, "text lines", functools.partial(floor_lines, text), raw_s, size)
-    s, n = case("text lines", text, ar.TextLineReader, 1024, raw_s, size)
-    verdicts.append(f"text lines: {n / s / 1e6:.2f} M lines/s (bar 5)")
+    floor(table, "text lines", functools.partial(floor_lines, text), raw_s, size, lines)
+    s, n = case("text lines", text, ar.TextLineReader, 1024, raw_s, size, lines)
+    tf_s = tf_data("text lines", tf_data_run(text, kind="text"), s, size, lines)
+    verdicts.append(f"text lines: {n / s / 1e6:.2f} M lines/s (bar 5){_versus(tf_s, s)}")
 
     # Fixed-length records, CIFAR-10 sized.
     fixed = tmp / "fixed.bin"
-    records = int(60_000 * scale)
+    records = max(1, round(60 * scale)) * 1000
     fixed.write_bytes(os.urandom(3073 * 1000) * (records // 1000))
     size = fixed.stat().st_size
     raw_s = raw(fixed)
     table.add("fixed 3073B", "raw 4MiB reads", raw_s, records, size, "1.00x raw")
-    floor(table, "fixed 3073B", functools.partial(floor_fixed, fixed, 3073), raw_s, size)
-    s, _ = case("fixed 3073B", fixed, lambda: ar.FixedLengthRecordReader(3073), 1024, raw_s, size)
-    verdicts.append(f"fixed 3073B vs raw: {raw_s / s:.2f} (bar 0.50)")
+    floor(table, "fixed 3073B", functools.partial(floor_fixed, fixed, 3073), raw_s, size, records)
+    make_fixed = functools.partial(ar.FixedLengthRecordReader, 3073)
+    s, _ = case("fixed 3073B", fixed, make_fixed, 1024, raw_s, size, records)
+    tf_s = tf_data("fixed 3073B", tf_data_run(fixed, kind="fixed:3073"), s, size, records)
+    verdicts.append(f"fixed 3073B vs raw: {raw_s / s:.2f} (bar 0.50){_versus(tf_s, s)}")
 
     table.print()
     print()
