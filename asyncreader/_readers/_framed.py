@@ -24,6 +24,7 @@ indices) are built a thousand at a time by :func:`~asyncreader._readers.base.ran
 from __future__ import annotations
 
 import struct
+from bisect import bisect_left
 from typing import TYPE_CHECKING, ClassVar, Final
 
 from .._errors import AsyncReaderError, DataLossError, InvalidArgumentError
@@ -216,19 +217,28 @@ class FramedReader(ReaderBase):
     def _pick(
         work: bytes, wanted: list[int], found: list[bytes], ints: list[int], values: list[bytes]
     ) -> None:
-        """Append to ``found`` the values of the records of ``wanted`` framed just now."""
-        for k, value in zip(ints, values, strict=True):
-            if len(found) == len(wanted):
-                return
+        """Append to ``found`` the values of the records of ``wanted`` framed just now.
+
+        ``ints`` (the framed keys) ascend: each wanted key is looked up by bisection, so the
+        cost follows the records wanted, not the records framed through to reach them.
+        """
+        if not ints:
+            return
+        last = ints[-1]
+        lo = 0
+        while len(found) < len(wanted):
             key = wanted[len(found)]
-            if k == key:
-                found.append(value)
-            elif k > key:  # framed past it: no record starts there
+            if key > last:
+                return  # in a later piece
+            lo = bisect_left(ints, key, lo)
+            if ints[lo] != key:  # framed past it: no record starts there
                 raise DataLossError(
                     "no record starts here: the file changed since the checkpoint",
                     work_item=work,
                     record=key,
                 )
+            found.append(values[lo])
+            lo += 1
 
     # -- state -----------------------------------------------------------------------------
 

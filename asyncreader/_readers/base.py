@@ -154,8 +154,11 @@ def bulk_keys(prefix: bytes, ints: list[int], *, fmt: bytes | None = None) -> li
     return [f % k for k in ints]
 
 
-#: Record keys as suffixes make (decimal, no leading zeros), each followed by a newline.
-_RECORD_TAILS: Final = re.compile(rb"(?:(?:0|[1-9][0-9]*)\n)*")
+#: A record key as a key's suffix: decimal, no leading zeros.
+_RECORD_TAIL: Final = rb"0|[1-9][0-9]*"
+_ONE_TAIL: Final = re.compile(_RECORD_TAIL)
+#: Record keys joined with a newline after each (all keys of a checkpoint checked at once).
+_RECORD_TAILS: Final = re.compile(rb"(?:(?:%s)\n)*" % _RECORD_TAIL)
 
 #: The last three digits of every key in a run of a thousand consecutive keys.
 _DIGITS3: Final = tuple(b"%03d" % i for i in range(1000))
@@ -289,7 +292,7 @@ class ReaderBase(SharedResource, ABC):
             InvalidArgumentError: ``key`` is not ``b"<work item>:<record key>"``.
         """
         work, sep, tail = key.rpartition(b":")
-        if sep and tail.isdigit() and (tail[:1] != b"0" or tail == b"0"):
+        if sep and _ONE_TAIL.fullmatch(tail):
             return work, int(tail)
         raise InvalidArgumentError(f"{key!r} is not a record key of a {type(self).__name__}")
 

@@ -68,18 +68,18 @@ async def reread(
 
     async def one_file(refs: np.ndarray[tuple[int], np.dtype[np.intp]]) -> None:
         work = works[int(work_index[refs[0]])]
-        wanted = np.unique(records[refs]).tolist()
+        mine = records[refs]
         try:
             if reader._reread_blocks:
-                found = await run_io(_reread_checked, reader, work, wanted, refs, records, crcs)
+                found = await run_io(_reread_checked, reader, work, mine, crcs[refs])
             else:
-                found = _reread_checked(reader, work, wanted, refs, records, crcs)
+                found = _reread_checked(reader, work, mine, crcs[refs])
         except Exception as exc:
             # The first bad file is the error (not a group of one): stop the others.
             failed.append(exc)
             tg.cancel_scope.cancel()
             return
-        made = reader._record_keys(work, records[refs].tolist())
+        made = reader._record_keys(work, mine.tolist())
         for i, key, value in zip(refs.tolist(), made, found, strict=True):
             keys[i] = key
             values[i] = value
@@ -95,20 +95,19 @@ async def reread(
 def _reread_checked(
     reader: ReaderBase,
     work: bytes,
-    wanted: list[int],
-    refs: np.ndarray[tuple[int], np.dtype[np.intp]],
     records: np.ndarray[tuple[int], np.dtype[np.int64]],
     crcs: np.ndarray[tuple[int], np.dtype[np.uint32]],
 ) -> list[bytes]:
-    """Read ``wanted`` (sorted, distinct) of ``work``; return the values of ``refs``."""
+    """Return the values of ``records`` of ``work`` (any order, repeats allowed), each
+    checked against its saved checksum in ``crcs``."""
+    wanted = np.unique(records).tolist()
     by_record = dict(zip(wanted, reader._reread(work, wanted), strict=True))
-    wanted_records = records[refs]
-    out = [by_record[record] for record in wanted_records.tolist()]
-    changed = np.flatnonzero(checksums(out) != crcs[refs])
+    out = [by_record[record] for record in records.tolist()]
+    changed = np.flatnonzero(checksums(out) != crcs)
     if changed.size:
         raise DataLossError(
             "record differs from the one the checkpoint saved (the file changed since)",
             work_item=work,
-            record=int(wanted_records[changed[0]]),
+            record=int(records[changed[0]]),
         )
     return out

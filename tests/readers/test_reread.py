@@ -168,6 +168,27 @@ async def test_records_not_in_the_file_raise_data_loss(
     assert info.value.work_item == str(path).encode()
 
 
+async def test_a_key_between_records_raises_data_loss_naming_it(tmp_path: Path) -> None:
+    # Record 0 is framed first, and offset 50 lies inside it: framing reads on through
+    # the short gap instead of seeking, and finds no record starting there.
+    path = tmp_path / "f.tfrecord"
+    path.write_bytes(tfrecord_bytes([b"a" * 100, b"b" * 100, b"c" * 100]))
+    reader = ar.TFRecordReader()
+    assert reader._reread(str(path).encode(), [0, 232]) == [b"a" * 100, b"c" * 100]
+    with pytest.raises(ar.DataLossError, match="no record starts here") as info:
+        reader._reread(str(path).encode(), [0, 50, 232])
+    assert (info.value.work_item, info.value.record) == (str(path).encode(), 50)
+
+
+async def test_lines_far_apart_are_picked_from_one_framing_pass(tmp_path: Path) -> None:
+    path = tmp_path / "lines.txt"
+    path.write_bytes(b"".join(b"line %d\n" % i for i in range(200_000)))
+    wanted = [1, 2, 8, 65_535, 65_536, 150_001, 200_000]  # line numbers count from 1
+    assert ar.TextLineReader()._reread(str(path).encode(), wanted) == [
+        b"line %d" % (i - 1) for i in wanted
+    ]
+
+
 async def test_a_corrupt_record_raises_data_loss_naming_it(tmp_path: Path) -> None:
     data = bytearray(tfrecord_bytes([b"a" * 100, b"b" * 100]))
     data[116 + 12 + 5] ^= 1  # a payload byte of the second record
