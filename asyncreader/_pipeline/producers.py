@@ -15,7 +15,6 @@ random generator, and can report and restore them (:meth:`InputProducer.state`,
 
 from __future__ import annotations
 
-import weakref
 from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -46,8 +45,11 @@ __all__ = [
     "string_input_producer",
 ]
 
-# Producers by the queue they fill, for producer_of(); weak so a dropped queue is freed.
-_producers: weakref.WeakKeyDictionary[Any, InputProducer] = weakref.WeakKeyDictionary()
+# The attribute of a producer's queue naming the producer that fills it, for producer_of().
+# The queue holds its producer (and the producer its queue): a cycle the garbage collector
+# frees once both are unused. A registry keyed weakly by the queue would not do, since its
+# value (the producer) keeps the key alive, so every producer's queue would be kept for ever.
+_PRODUCER_ATTR = "_input_producer"
 
 
 def _check_num_epochs(num_epochs: int | None) -> int | None:
@@ -341,10 +343,10 @@ def producer_of(queue: Any) -> InputProducer:
     """
     if isinstance(queue, SliceProducer):
         return queue.producer
-    try:
-        return _producers[queue]
-    except (KeyError, TypeError):
-        raise InvalidArgumentError(f"no input producer fills {queue!r}") from None
+    producer = getattr(queue, _PRODUCER_ATTR, None)
+    if not isinstance(producer, InputProducer):
+        raise InvalidArgumentError(f"no input producer fills {queue!r}")
+    return producer
 
 
 def _start(
@@ -373,7 +375,7 @@ def _start(
             capacity, rows.dtype, tuple(rows.shape[1:]), name=name, shared_name=shared_name
         )
     producer = InputProducer(what, rows, queue, num_epochs=num_epochs, shuffle=shuffle, seed=seed)
-    _producers[queue] = producer
+    setattr(queue, _PRODUCER_ATTR, producer)
     if session is not None:
         session._checkpointer.register(
             "producer", producer, InputProducer._checkpoint_save, InputProducer._checkpoint_restore
@@ -674,7 +676,7 @@ def slice_input_producer(
         shared_name=shared_name,
         name=name,
     )
-    slices.producer = _producers[slices.queue]
+    slices.producer = producer_of(slices.queue)
     return slices
 
 

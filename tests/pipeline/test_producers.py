@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import gc
+import weakref
 from collections import Counter
 from typing import Any
 
@@ -346,3 +348,33 @@ async def test_state_after_the_last_epoch_points_past_it() -> None:
     producer = producer_of(q)
     state = producer.state()
     assert (state.epoch, state.position) == (200, 0)
+
+
+# -- lifetime --------------------------------------------------------------------------------
+
+
+async def _producers_in_a_session() -> list[weakref.ref[Any]]:
+    async with ar.Session():
+        names = ar.string_input_producer(NAMES, num_epochs=1, shuffle=False, capacity=4)
+        indices = ar.range_input_producer(5, num_epochs=1, seed=1)
+        rows = ar.input_producer(np.arange(8).reshape(4, 2), num_epochs=1, seed=2)
+        slices = ar.slice_input_producer([np.arange(6)], num_epochs=2, seed=3)
+        batches = ar.batch(slices, batch_size=2)
+        with anyio.fail_after(10):
+            assert await names.dequeue() == NAMES[0]
+            (batch,) = await batches.dequeue()
+            assert len(batch) == 2
+        held = [names, indices, rows, slices.queue, slices.producer, batches]
+        held += [producer_of(q) for q in (names, indices, rows)]
+        refs = [weakref.ref(obj) for obj in held]
+    return refs
+
+
+@pytest.mark.both_backends
+async def test_closed_sessions_free_their_producers_and_queues() -> None:
+    refs: list[weakref.ref[Any]] = []
+    for _ in range(20):
+        refs += await _producers_in_a_session()
+    gc.collect()
+    alive = [ref() for ref in refs if ref() is not None]
+    assert alive == []
