@@ -15,6 +15,7 @@ random generator, and can report and restore them (:meth:`InputProducer.state`,
 
 from __future__ import annotations
 
+import hashlib
 from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -60,6 +61,69 @@ def _check_num_epochs(num_epochs: int | None) -> int | None:
     if num_epochs <= 0:
         raise InvalidArgumentError(f"num_epochs must be > 0 not {num_epochs}")
     return int(num_epochs)
+
+
+def _shorten(value: object, limit: int = 60) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[: limit - 3]}..."
+
+
+def _fingerprint(rows: np.ndarray[Any, Any]) -> dict[str, Any]:
+    """What identifies one input array in a producer's checkpoint.
+
+    Strings (file names, above all) are stored as they are, so a restore over other
+    inputs can say which one differs; other rows by count, dtype, row shape and a SHA-256
+    of their bytes (object rows that are not strings: of their ``repr``).
+    """
+    flat = rows.reshape(-1)
+    out: dict[str, Any] = {
+        "count": len(rows),
+        "dtype": rows.dtype.str,
+        "shape": list(rows.shape[1:]),
+    }
+    if rows.dtype.kind == "O":
+        items = flat.tolist()
+        if all(isinstance(v, (str, bytes)) for v in items):
+            out["values"] = items
+            return out
+        digest = hashlib.sha256()
+        for v in items:
+            digest.update(repr(v).encode("utf-8", "backslashreplace") + b"\0")
+    else:
+        digest = hashlib.sha256(memoryview(np.ascontiguousarray(rows).data).cast("B"))
+    out["sha256"] = digest.hexdigest()
+    return out
+
+
+def _fingerprint_difference(saved: Any, mine: dict[str, Any], what: str) -> str | None:
+    """Describe how a saved input fingerprint differs from ``mine`` (``None``: it doesn't)."""
+    if not isinstance(saved, dict):
+        return "the checkpoint's description of the input is malformed"
+    if saved.get("count") != mine["count"]:
+        return f"the checkpoint's {what} has {saved.get('count')!r} rows, this one {mine['count']}"
+    for field in ("dtype", "shape"):
+        if saved.get(field) != mine[field]:
+            return (
+                f"the checkpoint's {what} has rows of {field} {_shorten(saved.get(field))}, "
+                f"this one {_shorten(mine[field])}"
+            )
+    if "values" in mine:
+        theirs = saved.get("values")
+        if not isinstance(theirs, list) or len(theirs) != len(mine["values"]):
+            return f"the checkpoint's {what} is not stored as {mine['count']} strings"
+        for index, (a, b) in enumerate(zip(theirs, mine["values"], strict=True)):
+            if a != b:
+                return (
+                    f"{what} row {index} differs: the checkpoint has {_shorten(a)}, "
+                    f"this one {_shorten(b)}"
+                )
+        return None
+    if saved.get("sha256") != mine["sha256"]:
+        return (
+            f"the checkpoint's {what} has other contents (same {mine['count']} rows, dtype "
+            "and shape, different SHA-256)"
+        )
+    return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,6 +195,8 @@ class InputProducer:
         "_completed",
         "_enqueuing",
         "_epoch",
+        "_fingerprint",
+        "_inputs",
         "_log",
         "_num_epochs",
         "_queue",
@@ -151,9 +217,13 @@ class InputProducer:
         num_epochs: int | None,
         shuffle: bool,
         seed: int | None,
+        inputs: Sequence[np.ndarray[Any, Any]] | None = None,
     ) -> None:
         self._what = what
         self._rows = rows
+        # What the checkpoint identifies: the rows, or the arrays a slice producer indexes.
+        self._inputs = [rows] if inputs is None else list(inputs)
+        self._fingerprint: list[dict[str, Any]] | None = None
         self._queue = queue
         self._num_epochs = num_epochs
         self._shuffle = bool(shuffle)
@@ -284,11 +354,19 @@ class InputProducer:
         self._epoch = epoch
         self._resume_position = position
 
+    def _inputs_fingerprint(self) -> list[dict[str, Any]]:
+        # Computed once: the inputs do not change while the producer runs.
+        if self._fingerprint is None:
+            self._fingerprint = [_fingerprint(a) for a in self._inputs]
+        return self._fingerprint
+
     def _checkpoint_save(self) -> dict[str, Any]:
         state = self.state()
         return {
             "what": self._what,
             "rows": len(self._rows),
+            "shuffle": self._shuffle,
+            "inputs": self._inputs_fingerprint(),
             "epoch": state.epoch,
             "position": state.position,
             "rng_state": state.rng_state,
@@ -296,16 +374,53 @@ class InputProducer:
 
     def _checkpoint_restore(self, tree: Any) -> None:
         try:
-            what, rows = tree["what"], tree["rows"]
+            what, rows, shuffle = tree["what"], tree["rows"], tree["shuffle"]
+            inputs = tree["inputs"]
             state = ProducerState(tree["epoch"], tree["position"], tree["rng_state"])
         except (TypeError, KeyError):
             raise InvalidArgumentError(f"{self._what}: malformed checkpoint") from None
-        if what != self._what or rows != len(self._rows):
+        if what != self._what:
             raise InvalidArgumentError(
-                f"checkpoint of a {what} over {rows} rows does not fit this {self._what} "
-                f"over {len(self._rows)} rows"
+                f"checkpoint of a {_shorten(what)} does not fit this {self._what}"
+            )
+        self._check_inputs(inputs)
+        if (
+            rows != len(self._rows)
+            or not isinstance(state.epoch, int)
+            or not isinstance(state.position, int)
+        ):
+            raise InvalidArgumentError(
+                f"{self._what}: malformed checkpoint (rows {_shorten(rows)}, epoch "
+                f"{_shorten(state.epoch)}, position {_shorten(state.position)})"
+            )
+        if shuffle is not self._shuffle:
+            raise InvalidArgumentError(
+                f"checkpoint of a {what} with shuffle={shuffle!r} does not fit this one with "
+                f"shuffle={self._shuffle}: the saved position is in another order of the rows"
             )
         self.restore(state)
+
+    def _check_inputs(self, saved: Any) -> None:
+        """Refuse a checkpoint whose producer ran over other inputs than this one.
+
+        Raises:
+            InvalidArgumentError: naming the first difference.
+        """
+        mine = self._inputs_fingerprint()
+        if not isinstance(saved, list) or len(saved) != len(mine):
+            count = len(saved) if isinstance(saved, list) else "?"
+            raise InvalidArgumentError(
+                f"checkpoint of a {self._what} over {count} input arrays does not fit this "
+                f"one over {len(mine)}"
+            )
+        for index, (theirs, ours) in enumerate(zip(saved, mine, strict=True)):
+            label = "input" if len(mine) == 1 else f"input array {index}"
+            difference = _fingerprint_difference(theirs, ours, label)
+            if difference is not None:
+                raise InvalidArgumentError(
+                    f"{self._what}: the checkpoint was taken over other inputs: {difference}. "
+                    "Restore it over the same inputs, in the same order."
+                )
 
     def statistics(self) -> ProducerStatistics:
         """Return a snapshot of the epoch counters and the queue's fill level."""
@@ -360,8 +475,12 @@ def _start(
     coord: Coordinator | None,
     shared_name: str | None,
     name: str | None,
+    inputs: Sequence[np.ndarray[Any, Any]] | None = None,
 ) -> Any:
-    """Make the queue, the producer and its runner, and start the runner in the coordinator."""
+    """Make the queue, the producer and its runner, and start the runner in the coordinator.
+
+    ``inputs``: what identifies the input in checkpoints, when it is not ``rows``.
+    """
     from .. import FIFOQueue, QueueRunner
 
     owner = resolve_coordinator(coord, what)
@@ -374,7 +493,9 @@ def _start(
         queue = queue_type(
             capacity, rows.dtype, tuple(rows.shape[1:]), name=name, shared_name=shared_name
         )
-    producer = InputProducer(what, rows, queue, num_epochs=num_epochs, shuffle=shuffle, seed=seed)
+    producer = InputProducer(
+        what, rows, queue, num_epochs=num_epochs, shuffle=shuffle, seed=seed, inputs=inputs
+    )
     setattr(queue, _PRODUCER_ATTR, producer)
     if session is not None:
         session._checkpointer.register(
@@ -666,8 +787,10 @@ def slice_input_producer(
             )
     owner = resolve_coordinator(coord, "slice_input_producer")
     slices = SliceProducer(arrays, keys, tuple if isinstance(tensor_list, tuple) else list)
-    slices.queue = range_input_producer(
-        n,
+    # A range producer over the row indices, whose checkpoint identifies the sliced arrays.
+    slices.queue = _start(
+        "slice_input_producer",
+        np.arange(n, dtype=np.int32),
         num_epochs=epochs,
         shuffle=shuffle,
         seed=seed,
@@ -675,6 +798,7 @@ def slice_input_producer(
         coord=owner,
         shared_name=shared_name,
         name=name,
+        inputs=arrays,
     )
     slices.producer = producer_of(slices.queue)
     return slices
