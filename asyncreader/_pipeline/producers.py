@@ -498,7 +498,12 @@ def _start(
     )
     setattr(queue, _PRODUCER_ATTR, producer)
     if session is not None:
-        session._checkpointer.register(
+        checkpointer = session._checkpointer
+        if checkpointer.vetting:  # the names an unsigned restore may make readers read
+            for array in producer._inputs:
+                if array.dtype.kind == "O":
+                    checkpointer.allow_work_items(array.reshape(-1).tolist())
+        checkpointer.register(
             "producer", producer, InputProducer._checkpoint_save, InputProducer._checkpoint_restore
         )
     QueueRunner(queue, [producer]).start(coord=owner)

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, TypeAlias
 import numpy as np
 
 from .._errors import InvalidArgumentError
+from .._runtime.context import current_session
 
 if TYPE_CHECKING:
     from .._readers.base import ReaderBase
@@ -267,10 +268,13 @@ class RefLayout:
                 if len(index) and (int(index.max()) >= len(remap) or int(records.min()) < 0):
                     raise ValueError("reference out of range")
                 parts.append((remap[index], records, crcs))
-        except (TypeError, KeyError, ValueError) as exc:
+        except (TypeError, KeyError, ValueError, OverflowError) as exc:
             raise InvalidArgumentError(
                 f"malformed record references in the checkpoint of queue '{self._queue}': {exc}"
             ) from None
+        session = current_session()
+        if session is not None:  # an unsigned restore reads only its producers' files
+            session._checkpointer.check_work_items(works, f"queue '{self._queue}' (record_refs)")
         if parts:
             keys, values = await reread(
                 self._reader,
@@ -283,10 +287,16 @@ class RefLayout:
             keys, values = [], []
         out = []
         start = 0
-        for section, part in zip(sections, parts, strict=True):
-            stop = start + len(part[1])
-            out.append(self._fill(section["rest"], keys[start:stop], values[start:stop]))
-            start = stop
+        try:
+            for section, part in zip(sections, parts, strict=True):
+                stop = start + len(part[1])
+                out.append(self._fill(section["rest"], keys[start:stop], values[start:stop]))
+                start = stop
+        except (TypeError, KeyError, IndexError, ValueError) as exc:
+            raise InvalidArgumentError(
+                f"malformed checkpoint of queue '{self._queue}': the elements around its "
+                f"record references do not fit them ({type(exc).__name__}: {exc})"
+            ) from None
         return out
 
     def _fill(self, rest: Any, keys: list[bytes], values: list[bytes]) -> Any:

@@ -48,6 +48,7 @@ from .._errors import (
     OutOfRangeError,
 )
 from .._io.executor import run_io
+from .._runtime.checkpoint import check_taken_work
 from .._runtime.resources import SharedResource
 from .policy import MAX_DEAD_LETTERS, DeadLetter, ErrorPolicy, OnError, as_policy
 from .state import (
@@ -740,6 +741,7 @@ class ReaderBase(SharedResource, ABC):
         while True:
             item = await queue.dequeue()
             work = _work_bytes(item)
+            check_taken_work(queue, work)  # a restored queue's strings may not be trusted
             self._work = work
             self._reset_buffer()
             try:

@@ -25,31 +25,152 @@ every other operation back until they are in.
 
 Deterministic mode (``Session(deterministic=True)``) removes the timing dependence that
 makes a restored stream differ from an uninterrupted one: see ``docs/guides/checkpoints.md``.
+
+Checkpoints from outside: a session with a ``checkpoint_key`` signs its checkpoints with
+HMAC-SHA256 and restores only checkpoints signed with that key, whose content it then
+trusts. Without a key, a restore may only make the pipeline read the work items (paths,
+URLs) that the restoring program's own producers were given: a reader's current work
+item, the work items in a restored queue of single strings (the shape of a reader's work
+queue), and the files of saved record references are checked against them.
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import hmac
 import math
 import weakref
 from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any, Final
 
 import anyio
+import numpy as np
 
 from .._errors import FailedPreconditionError, InvalidArgumentError
 from . import state_codec
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterator
+    from collections.abc import Callable, Iterable, Iterator
 
-__all__ = ["Checkpointer", "StageTask", "current_stage", "owned_resources"]
+__all__ = [
+    "Checkpointer",
+    "StageTask",
+    "check_taken_work",
+    "current_stage",
+    "owned_resources",
+]
 
 #: How often a pause checks whether every stage task settled (seconds).
 _POLL: Final = 0.0005
+#: What a signed checkpoint starts with; the HMAC-SHA256 tag and the checkpoint follow.
+SIGNED_MAGIC: Final = b"ASYNCREADER-SIGNED-CHECKPOINT\n"
+_TAG_SIZE: Final = hashlib.sha256().digest_size
+#: The attribute of a queue restored from an unsigned checkpoint holding strings that no
+#: producer names: (its Checkpointer, those strings, where they are, for messages).
+_RESTORED_WORK: Final = "_restored_work_items"
+#: What a component's restore raises on a tree of the wrong shape, besides our own errors.
+_MALFORMED: Final = (TypeError, ValueError, KeyError, IndexError, AttributeError, OverflowError)
 
 _stage: ContextVar[StageTask | None] = ContextVar("asyncreader_stage", default=None)
 _owned: ContextVar[bool] = ContextVar("asyncreader_owned_resources", default=False)
+
+
+def _short(value: object, limit: int = 80) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[: limit - 3]}..."
+
+
+def _tag(key: bytes, checkpoint: bytes) -> bytes:
+    return hmac.new(key, SIGNED_MAGIC + checkpoint, hashlib.sha256).digest()
+
+
+def _check_key(key: object) -> bytes | None:
+    if key is None:
+        return None
+    if not isinstance(key, (bytes, bytearray)) or not key:
+        raise InvalidArgumentError(
+            f"checkpoint_key must be non-empty bytes or None, not {_short(key, 40)}"
+        )
+    return bytes(key)
+
+
+def _unwrap(data: object, key: bytes | None) -> Any:
+    """Return the checkpoint inside ``data``, checking its signature against ``key``.
+
+    Raises:
+        InvalidArgumentError: ``data`` is signed and ``key`` is ``None``, or ``key`` is
+            given and ``data`` is unsigned or its signature does not match.
+    """
+    if not isinstance(data, (bytes, bytearray, memoryview)):
+        return data  # the codec rejects it by type
+    view = memoryview(data).cast("B")
+    signed = bytes(view[: len(SIGNED_MAGIC)]) == SIGNED_MAGIC
+    if key is None:
+        if signed:
+            raise InvalidArgumentError(
+                "the checkpoint is signed: give its key as Session(checkpoint_key=...) to "
+                "restore it"
+            )
+        return view
+    if not signed:
+        raise InvalidArgumentError(
+            "the checkpoint is not signed, and this Session has a checkpoint_key: it "
+            "restores only checkpoints signed with that key"
+        )
+    start = len(SIGNED_MAGIC) + _TAG_SIZE
+    tag, inner = bytes(view[len(SIGNED_MAGIC) : start]), bytes(view[start:])
+    if len(tag) != _TAG_SIZE or not hmac.compare_digest(tag, _tag(key, inner)):
+        raise InvalidArgumentError(
+            "the checkpoint's signature does not match checkpoint_key (signed with another "
+            "key, or altered since)"
+        )
+    return inner
+
+
+def _work_item(element: Any) -> bytes | None:
+    """The work item a reader would take from a queue element, if it is one."""
+    if isinstance(element, (tuple, list)) and len(element) == 1:
+        element = element[0]
+    if isinstance(element, np.ndarray) and element.size == 1:
+        element = element.reshape(()).item()
+    if isinstance(element, str):
+        return element.encode("utf-8", "surrogateescape")
+    if isinstance(element, bytes):
+        return element
+    return None
+
+
+def _snapshot_work_items(snapshot: Any) -> Iterator[bytes]:
+    """The strings in a queue's saved elements (typed: stacked or rows; untyped: a list)."""
+    if isinstance(snapshot, dict):
+        parts: list[Any] = []
+        if isinstance(snapshot.get("stacked"), list):
+            for array in snapshot["stacked"]:
+                if isinstance(array, np.ndarray):
+                    parts.extend(array.reshape(-1).tolist())
+        if isinstance(snapshot.get("rows"), list):
+            for row in snapshot["rows"]:
+                parts.extend(row if isinstance(row, list) else [row])
+        snapshot = parts
+    if isinstance(snapshot, list):
+        for element in snapshot:
+            item = _work_item(element)
+            if item is not None:
+                yield item
+
+
+def check_taken_work(queue: object, work: bytes) -> None:
+    """Refuse a work item a reader took from ``queue`` if an unsigned restore put it there
+    and no input producer of the restoring session was given it.
+
+    Raises:
+        InvalidArgumentError: naming the work item.
+    """
+    restored = getattr(queue, _RESTORED_WORK, None)
+    if restored is not None and work in restored[1]:
+        checkpointer, _, where = restored
+        checkpointer.check_work_items([work], where)
 
 
 def current_stage() -> StageTask | None:
@@ -99,16 +220,25 @@ class Checkpointer:
     Args:
         restore: Checkpoint bytes to restore components from as they are built.
         deterministic: Whether the session runs in deterministic mode.
+        key: The session's ``checkpoint_key``: checkpoints are signed with it, and a
+            restore needs a valid signature (and is then trusted).
 
     Raises:
-        InvalidArgumentError: ``restore`` is not a valid checkpoint.
+        InvalidArgumentError: ``restore`` is not a valid checkpoint, or its signature
+            does not fit ``key``.
     """
 
-    def __init__(self, restore: bytes | None, deterministic: bool) -> None:
+    def __init__(
+        self, restore: bytes | None, deterministic: bool, key: bytes | None = None
+    ) -> None:
         self.deterministic = bool(deterministic)
+        self._key = _check_key(key)
         self._saved: dict[str, Any] = {}
+        # An unsigned restore may only read the work items this session's producers name.
+        self._vetting = restore is not None and self._key is None
+        self._work_items: set[bytes] = set()
         if restore is not None:
-            tree = state_codec.decode(restore)
+            tree = state_codec.decode(_unwrap(restore, self._key))
             if not isinstance(tree, dict) or not isinstance(tree.get("components"), dict):
                 raise InvalidArgumentError("checkpoint holds no pipeline components")
             self._saved = tree["components"]
@@ -151,10 +281,78 @@ class Checkpointer:
         saved = self._saved.pop(key, None)
         if saved is not None:
             try:
+                if self._vetting:
+                    self._vet(kind, key, obj, saved)
                 restore(obj, saved)
             except InvalidArgumentError as exc:
                 exc.add_note(f"while restoring {key!r} from the checkpoint")
                 raise
+            except _MALFORMED as exc:
+                raise InvalidArgumentError(
+                    f"malformed checkpoint of {key!r}: {type(exc).__name__}: {_short(str(exc))}"
+                ) from exc
+
+    # -- what a restore may read ---------------------------------------------------------
+
+    @property
+    def vetting(self) -> bool:
+        """Whether this is an unsigned restore, which checks the work items it reads."""
+        return self._vetting
+
+    def allow_work_items(self, items: Iterable[object]) -> None:
+        """Note the strings a producer of this session was given: work items a restore
+        may make readers read."""
+        if self._vetting:
+            for item in items:
+                work = _work_item(item)
+                if work is not None:
+                    self._work_items.add(work)
+
+    def check_work_items(self, items: Iterable[bytes], where: str) -> None:
+        """Refuse, in an unsigned restore, work items no producer of this session names.
+
+        Raises:
+            InvalidArgumentError: naming the first such item and ``where`` it is.
+        """
+        if not self._vetting:
+            return
+        allowed = self._work_items
+        for item in items:
+            if bytes(item) not in allowed:
+                raise InvalidArgumentError(
+                    f"the checkpoint would make {where} read {_short(bytes(item))}, which no "
+                    "input producer built so far in this Session was given. An unsigned "
+                    "checkpoint may only name the work items of the restoring program's "
+                    "producers (build them before the readers and queues they feed); to "
+                    "restore pipelines whose work items don't come from a producer, sign "
+                    "checkpoints with Session(checkpoint_key=...)"
+                )
+
+    def _vet(self, kind: str, key: str, obj: Any, saved: Any) -> None:
+        """Check the work items a component's saved state would make it read."""
+        if kind == "reader" and isinstance(saved, bytes):
+            try:
+                work = obj._parse_state(saved).current_work
+            except InvalidArgumentError:
+                return  # the restore itself rejects the state
+            if work:
+                self.check_work_items([work], f"reader {key!r}")
+        elif kind == "queue" and isinstance(saved, dict) and "record_refs" not in saved:
+            # Only a queue of single strings can be a reader's work queue.
+            dtypes = getattr(obj, "dtypes", None)
+            if dtypes is not None and (len(dtypes) != 1 or np.dtype(dtypes[0]).kind != "O"):
+                return
+            snapshots = [saved.get("stored")]
+            pending = saved.get("pending")
+            if isinstance(pending, list):
+                snapshots += [e.get("items") for e in pending if isinstance(e, dict)]
+            restored = {item for snap in snapshots for item in _snapshot_work_items(snap)}
+            restored -= self._work_items
+            if restored:
+                # A queue of strings may hold records rather than work items: its strings
+                # are checked when a reader takes one as its work (see check_taken_work).
+                where = f"a reader, from queue {key!r},"
+                setattr(obj, _RESTORED_WORK, (self, frozenset(restored), where))
 
     @property
     def restoring(self) -> bool:
@@ -227,7 +425,10 @@ class Checkpointer:
             for t in self._stages:
                 if t.go is not None:
                     t.go.set()
-        return state_codec.encode(tree)
+        data = state_codec.encode(tree)
+        if self._key is None:
+            return data
+        return b"".join([SIGNED_MAGIC, _tag(self._key, data), data])
 
     def _save_all(self) -> dict[str, Any]:
         components: dict[str, Any] = {}

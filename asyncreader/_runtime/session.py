@@ -112,9 +112,16 @@ class Session:
             source); shuffling producers, queues and batchers need a ``seed``; a shuffle
             batcher hands out a batch only when its queue is full (its
             ``min_after_dequeue`` becomes ``capacity - batch_size``).
+        checkpoint_key: A secret key (bytes) that authenticates checkpoints:
+            :meth:`checkpoint` signs what it returns (HMAC-SHA256), and ``restore=``
+            must carry a valid signature made with the same key; its content is then
+            trusted. Without a key, a restore refuses to make the pipeline read any work
+            item (path or URL) that this session's input producers were not given.
 
     Raises:
-        InvalidArgumentError: ``restore`` is not a valid checkpoint.
+        InvalidArgumentError: ``restore`` is not a valid checkpoint; its signature is
+            missing, wrong, or present without a ``checkpoint_key``;
+            ``checkpoint_key`` is not non-empty bytes.
 
     Attributes:
         coord: The session's coordinator.
@@ -130,8 +137,9 @@ class Session:
         stop_grace_period: float | None = 0.0,
         restore: bytes | None = None,
         deterministic: bool = False,
+        checkpoint_key: bytes | None = None,
     ) -> None:
-        self._checkpointer = Checkpointer(restore, deterministic)
+        self._checkpointer = Checkpointer(restore, deterministic, checkpoint_key)
         self.coord = Coordinator(clean_stop_exception_types, stop_grace_period=stop_grace_period)
         self.resources = ResourceMgr()
         # id -> weak reference (or the object itself when it cannot be weakly referenced).
@@ -357,7 +365,8 @@ class Session:
             timeout: Seconds to wait for the runner tasks to settle (``None``: no limit).
 
         Returns:
-            A versioned byte string (no pickle inside).
+            A versioned byte string (no pickle inside), signed when the session has a
+            ``checkpoint_key``.
 
         Raises:
             TimeoutError: a runner task did not settle in time (it is busy in something

@@ -22,6 +22,8 @@ from asyncreader._runtime import state_codec
 pytestmark = pytest.mark.anyio
 
 RECORDS_PER_FILE = 40
+#: Signs the checkpoints of pipelines whose work items come from queues of our own.
+KEY = b"record-refs test key"
 
 
 def _payload(f: int, i: int) -> bytes:
@@ -168,13 +170,16 @@ async def test_user_queues_of_dicts_and_tuples_keep_their_other_components(
         await fill(reader)
         await named.dequeue_many(20)
         reference = await drain(named, untyped)
-    async with ar.Session() as sess:
+    # The reader's work items come from a queue of our own, not from a producer: only a
+    # signed checkpoint may make a restore read them.
+    secret = b"record-refs test key"
+    async with ar.Session(checkpoint_key=secret) as sess:
         reader = ar.TextLineReader(skip_header_lines=1)
         named, untyped = build(reader)
         await fill(reader)
         await named.dequeue_many(20)
         state = await sess.checkpoint()
-    async with ar.Session(restore=state) as sess:
+    async with ar.Session(restore=state, checkpoint_key=secret) as sess:
         reader = ar.TextLineReader(skip_header_lines=1)
         named, untyped = build(reader)
         assert named.size() == 0  # nothing is handed out before the records are back
@@ -185,7 +190,7 @@ async def test_user_queues_of_dicts_and_tuples_keep_their_other_components(
     for key, line, label in reference[0]:
         assert key.endswith(b":%d" % (int(line.split(b",")[0]) + 2))
         assert label == int(line.split(b",")[1])
-    async with ar.Session(restore=again):
+    async with ar.Session(restore=again, checkpoint_key=secret):
         reader = ar.TextLineReader(skip_header_lines=1)
         named, untyped = build(reader)
         with anyio.fail_after(10):
@@ -199,7 +204,7 @@ async def test_pending_enqueues_and_close_wait_behind_the_reread(tmp_path: Path)
     def build(reader: ar.FixedLengthRecordReader) -> ar.FIFOQueue:
         return ar.FIFOQueue(2, dtypes=[object, object], shapes=[[], []], record_refs=reader)
 
-    async with ar.Session() as sess:
+    async with ar.Session(checkpoint_key=KEY) as sess:
         reader = ar.FixedLengthRecordReader(8)
         queue = build(reader)
         files = ar.FIFOQueue(None)
@@ -216,7 +221,7 @@ async def test_pending_enqueues_and_close_wait_behind_the_reread(tmp_path: Path)
         await anyio.wait_all_tasks_blocked()
         state = await sess.checkpoint()
     assert b"0000005|" not in state  # the blocked enqueue's records are references too
-    async with ar.Session(restore=state):
+    async with ar.Session(restore=state, checkpoint_key=KEY):
         queue = build(ar.FixedLengthRecordReader(8))
         assert not queue.is_closed()  # the close waits behind the restored records
         with anyio.fail_after(10):
@@ -229,9 +234,11 @@ async def test_pending_enqueues_and_close_wait_behind_the_reread(tmp_path: Path)
 
 
 async def _checkpoint_of_queued_records(
-    paths: list[str], reader: ar.ReaderBase
+    paths: list[str], reader: ar.ReaderBase, key: bytes | None = KEY
 ) -> tuple[bytes, list[tuple[bytes, bytes]]]:
-    async with ar.Session() as sess:
+    """Records read from files named by a queue of our own (not a producer): a restore
+    needs the checkpoint signed to read them again."""
+    async with ar.Session(checkpoint_key=key) as sess:
         queue = ar.FIFOQueue(None, record_refs=reader)
         files = ar.FIFOQueue(None)
         await files.enqueue_many(paths)
@@ -252,9 +259,9 @@ def _write_gzip_files(directory: Path) -> list[str]:
     return [str(p) for p in paths]
 
 
-async def _restore_and_dequeue(state: bytes) -> None:
+async def _restore_and_dequeue(state: bytes, key: bytes | None = KEY) -> None:
     with anyio.fail_after(10):
-        async with ar.Session(restore=state):
+        async with ar.Session(restore=state, checkpoint_key=key):
             queue = ar.FIFOQueue(None, record_refs=ar.TFRecordReader())
             await queue.dequeue()
 
@@ -267,7 +274,7 @@ async def _restore_and_dequeue(state: bytes) -> None:
 async def test_every_builtin_reader_restores_its_references(tmp_path: Path, make: Any) -> None:
     paths = _write_gzip_files(tmp_path)
     state, records = await _checkpoint_of_queued_records(paths, make())
-    async with ar.Session(restore=state):
+    async with ar.Session(restore=state, checkpoint_key=KEY):
         queue = ar.FIFOQueue(None, record_refs=make())
         with anyio.fail_after(10):
             assert await queue.dequeue_many(len(records)) == [tuple(r) for r in records]
@@ -301,7 +308,7 @@ async def test_a_vanished_file_fails_the_restore(tmp_path: Path) -> None:
 
 async def test_a_restore_that_does_not_fit_is_refused(tmp_path: Path) -> None:
     paths = _write_tfrecords(tmp_path)
-    state, _ = await _checkpoint_of_queued_records(paths, ar.TFRecordReader())
+    state, _ = await _checkpoint_of_queued_records(paths, ar.TFRecordReader(), key=None)
     async with ar.Session(restore=state):
         with pytest.raises(ar.InvalidArgumentError, match="build it with the same record_refs"):
             ar.FIFOQueue(None)
@@ -319,15 +326,15 @@ async def test_a_restore_that_does_not_fit_is_refused(tmp_path: Path) -> None:
 
 async def test_malformed_references_fail_the_restore(tmp_path: Path) -> None:
     paths = _write_tfrecords(tmp_path)
-    state, _ = await _checkpoint_of_queued_records(paths, ar.TFRecordReader())
+    state, _ = await _checkpoint_of_queued_records(paths, ar.TFRecordReader(), key=None)
     tree = state_codec.decode(state)
     stored = tree["components"]["queue/0"]["stored"]
     stored["record"] = stored["record"][:-1]  # one reference short
     with pytest.raises(ar.InvalidArgumentError, match="malformed record references"):
-        await _restore_and_dequeue(state_codec.encode(tree))
+        await _restore_and_dequeue(state_codec.encode(tree), key=None)
     stored["record"] = np.append(stored["record"], -5)
     with pytest.raises(ar.InvalidArgumentError, match="out of range"):
-        await _restore_and_dequeue(state_codec.encode(tree))
+        await _restore_and_dequeue(state_codec.encode(tree), key=None)
 
 
 async def test_elements_that_are_not_reader_records_are_named_at_checkpoint() -> None:
