@@ -248,16 +248,34 @@ async def test_custom_close_and_cancel_ops() -> None:
     assert not q2.is_closed()
 
 
-async def test_a_close_error_is_ignored() -> None:
+@pytest.mark.both_backends
+@pytest.mark.parametrize("close_op", ["default", "custom"])
+async def test_a_close_error_is_ignored(close_op: str) -> None:
     q = ar.FIFOQueue(1)
     await q.close()
+    # So the default close_op, a plain close, fails when the runner ends:
+    with pytest.raises(ar.QueueClosedError, match="already closed"):
+        await q.close()
+    calls: list[str] = []
+
+    async def failing_close() -> None:
+        calls.append("close")
+        raise RuntimeError("close failed")
 
     async def ends() -> None:
         raise ar.OutOfRangeError("done")
 
-    # The default close_op closes an already closed queue: QueueClosedError, ignored.
-    async with ar.Coordinator():
-        ar.QueueRunner(q, [ends]).start()
+    qr = ar.QueueRunner(q, [ends], close_op=failing_close if close_op == "custom" else None)
+    # As in TensorFlow, the failed close is ignored: no error, no stop request, and the
+    # runner counts the queue as closed by it.
+    with anyio.fail_after(5):
+        async with ar.Coordinator() as coord:
+            qr.start()
+    assert calls == (["close"] if close_op == "custom" else [])
+    assert not coord.should_stop()
+    assert qr.exceptions_raised == []
+    assert qr.statistics().closed_queue
+    assert qr.statistics().tasks_running == 0
 
 
 @pytest.mark.both_backends
