@@ -169,28 +169,29 @@ async def test_chunked_reader_cancelled_across_refills_loses_nothing_and_resumes
             writer.write(payload)
     queue = await _work(str(path))
     got: list[bytes] = []
-    async with ar.TFRecordReader() as reader:
-        got += (await reader.read_up_to(queue, 10))[1]
-        real_fill = reader._fill
-        calls = 0
-        with anyio.CancelScope() as scope:
+    with anyio.fail_after(10):
+        async with ar.TFRecordReader() as reader:
+            got += (await reader.read_up_to(queue, 10))[1]
+            real_fill = reader._fill
+            calls = 0
+            with anyio.CancelScope() as scope:
 
-            def fill() -> Any:
-                # Cancel from inside the call's thread hops, after a few refills.
-                nonlocal calls
-                calls += 1
-                if calls == cancel_after:
-                    anyio.from_thread.run_sync(scope.cancel)
-                return real_fill()
+                def fill() -> Any:
+                    # Cancel from inside the call's thread hops, after a few refills.
+                    nonlocal calls
+                    calls += 1
+                    if calls == cancel_after:
+                        anyio.from_thread.run_sync(scope.cancel)
+                    return real_fill()
 
-            reader._fill = fill  # type: ignore[method-assign]
-            got += (await reader.read_up_to(queue, 100))[1]
-        assert scope.cancelled_caught
-        reader._fill = real_fill  # type: ignore[method-assign]
-        assert reader.num_records_produced() == len(got)
-        got += (await reader.read_up_to(queue, 3))[1]
-        state = reader.serialize_state()
-    async with ar.TFRecordReader() as fresh:
-        fresh.restore_state(state)
-        got += await _drain(fresh, await _work())
+                reader._fill = fill  # type: ignore[method-assign]
+                got += (await reader.read_up_to(queue, 100))[1]
+            assert scope.cancelled_caught
+            reader._fill = real_fill  # type: ignore[method-assign]
+            assert reader.num_records_produced() == len(got)
+            got += (await reader.read_up_to(queue, 3))[1]
+            state = reader.serialize_state()
+        async with ar.TFRecordReader() as fresh:
+            fresh.restore_state(state)
+            got += await _drain(fresh, await _work())
     assert got == payloads
