@@ -29,12 +29,17 @@ class TFRecordReader(FramedReader):
     at the end of a file are ignored, as TensorFlow does.
 
     Args:
-        compression_type: ``None`` or ``""`` (uncompressed), ``"ZLIB"`` or ``"GZIP"`` (or a
-            :class:`~asyncreader.TFRecordCompressionType`). Other strings mean
-            uncompressed, as in TensorFlow.
+        compression_type: ``None`` or ``""`` (uncompressed), ``"ZLIB"`` or ``"GZIP"``, in
+            any case, as :class:`~asyncreader.TFRecordWriter` takes them (or a
+            :class:`~asyncreader.TFRecordCompressionType`). Other values raise
+            :class:`~asyncreader.InvalidArgumentError` (TensorFlow reads the file
+            uncompressed instead, and fails later on the compressed bytes).
         name: The reader's name in messages.
         on_error: What to do with bad input: ``\"raise\"`` (the default, as
             TensorFlow), ``\"skip\"`` or an :class:`~asyncreader.ErrorPolicy`.
+
+    Raises:
+        InvalidArgumentError: for an unknown ``compression_type``.
     """
 
     def __init__(
@@ -45,7 +50,7 @@ class TFRecordReader(FramedReader):
         on_error: OnError = None,
     ) -> None:
         super().__init__(name, on_error=on_error)
-        self._compression = parse_compression_type(compression_type, strict=False)
+        self._compression = parse_compression_type(compression_type)
 
     @property
     def compression_type(self) -> str:

@@ -38,10 +38,15 @@ Contract:
 from __future__ import annotations
 
 import dataclasses
-from typing import NoReturn, TypeAlias
+from typing import ClassVar, NoReturn, TypeAlias
 
 from .._errors import AsyncReaderError, DataLossError
-from .compression import DEFAULT_MAX_OUTPUT, Decompressor, TFRecordCompressionType
+from .compression import (
+    DEFAULT_MAX_OUTPUT,
+    Decompressor,
+    TFRecordCompressionType,
+    compression_hint,
+)
 
 __all__ = ["Chunk", "Framer", "FramerStatistics", "Records"]
 
@@ -77,6 +82,9 @@ class Framer:
     ``data``, raising their error through :meth:`_fail`), ``_finish(keys, values)``,
     ``_buffered()``, ``position`` and ``next_key``.
     """
+
+    #: The option that names the compression, for hints in error messages.
+    _compression_argument: ClassVar[str] = "compression_type"
 
     __slots__ = (
         "_decomp",
@@ -223,8 +231,13 @@ class Framer:
             self._frame(data, keys, values)
 
     def _rebrand(self, exc: DataLossError) -> DataLossError:
+        message = exc.message
+        decomp = self._decomp
+        if decomp is not None and decomp.output_bytes == 0:
+            # Nothing inflated yet: perhaps the file is not compressed this way at all.
+            message += compression_hint(decomp.head, decomp.kind, self._compression_argument)
         error = DataLossError(
-            exc.message, work_item=self.work_item, record=self.next_key, offset=self.position
+            message, work_item=self.work_item, record=self.next_key, offset=self.position
         )
         error.__cause__ = exc.__cause__ or exc
         return error

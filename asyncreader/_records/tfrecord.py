@@ -38,7 +38,12 @@ import numpy as np
 from .._errors import DataLossError, InvalidArgumentError
 from .._io.crc import crc32c, crc32c_bytes
 from ._framer import Framer
-from .compression import DEFAULT_MAX_OUTPUT, TFRecordCompressionType, parse_compression_type
+from .compression import (
+    DEFAULT_MAX_OUTPUT,
+    TFRecordCompressionType,
+    compression_hint,
+    parse_compression_type,
+)
 
 __all__ = ["HEADER_SIZE", "FOOTER_SIZE", "TFRecordFramer", "frame_record"]
 
@@ -82,9 +87,8 @@ class TFRecordFramer(Framer):
 
     Args:
         verify_crc: Check both checksums of every record (TensorFlow always does).
-        compression_type: ``None``/``""``, ``"ZLIB"`` or ``"GZIP"`` (or a
-            :class:`TFRecordCompressionType`); unknown strings mean no compression, as in
-            TensorFlow's reader.
+        compression_type: ``None``/``""``, ``"ZLIB"`` or ``"GZIP"`` in any case (or a
+            :class:`TFRecordCompressionType`).
         start_offset: Stream offset of the first record. Uncompressed input must start
             there; compressed input is fed from the start of the file and the framer
             discards the first ``start_offset`` decompressed bytes.
@@ -92,7 +96,8 @@ class TFRecordFramer(Framer):
         max_output: The most decompressed bytes one ``decode`` call frames.
 
     Raises:
-        InvalidArgumentError: if ``start_offset`` is negative.
+        InvalidArgumentError: if ``start_offset`` is negative or ``compression_type`` is
+            unknown.
     """
 
     __slots__ = ("_known", "_last_hdr", "_parts", "_pos", "_tail_len", "_verify")
@@ -109,7 +114,7 @@ class TFRecordFramer(Framer):
         if start_offset < 0:
             raise InvalidArgumentError(f"start_offset must be >= 0, not {start_offset}")
         super().__init__(
-            compression=parse_compression_type(compression_type, strict=False),
+            compression=parse_compression_type(compression_type),
             skip=start_offset,
             work_item=work_item,
             max_output=max_output,
@@ -220,7 +225,7 @@ class TFRecordFramer(Framer):
                 if verify and known.get(hcrc) != length:
                     c = crc(buf[p : p + 8])
                     if (((c >> 15) | (c << 17)) + _DELTA) & _U32 != hcrc:
-                        error = self._error_at(base + p, f"corrupted record at {base + p}")
+                        error = self._header_error(buf, p, base)
                         break
                     if len(known) >= _KNOWN_HEADERS:
                         known.clear()
@@ -310,6 +315,16 @@ class TFRecordFramer(Framer):
         )
         bad = np.flatnonzero(masked != footers)
         return int(bad[0]) if bad.size else -1
+
+    def _header_error(self, buf: bytes, p: int, base: int) -> DataLossError:
+        """The error for a header whose checksum fails at ``buf[p]``."""
+        message = f"corrupted record at {base + p}"
+        if base + p == 0 and self._decomp is None:
+            # The first header of an uncompressed stream: the file may be compressed.
+            message += compression_hint(
+                buf[p : p + 2], TFRecordCompressionType.NONE, "compression_type"
+            )
+        return self._error_at(base + p, message)
 
     def _error_at(self, record: int, message: str, delta: int = 0) -> DataLossError:
         return DataLossError(

@@ -274,9 +274,11 @@ def test_empty_compressed_file_is_empty() -> None:
     assert feed(TFRecordFramer(compression_type="GZIP"), b"", []) == ([], [])
 
 
-def test_unknown_compression_string_means_none() -> None:
-    data = encode([b"abc"])
-    assert feed(TFRecordFramer(compression_type="SNAPPY?"), data, []) == ([0], [b"abc"])
+def test_unknown_compression_string_is_refused() -> None:
+    with pytest.raises(ar.InvalidArgumentError, match=r"compression_type must be .* 'SNAPPY'"):
+        TFRecordFramer(compression_type="SNAPPY")
+    data = gzip.compress(encode([b"abc"]))
+    assert feed(TFRecordFramer(compression_type="gzip"), data, []) == ([0], [b"abc"])
 
 
 def test_negative_start_offset_is_rejected() -> None:
