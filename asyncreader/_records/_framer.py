@@ -236,8 +236,11 @@ class Framer:
         if decomp is not None and decomp.output_bytes == 0:
             # Nothing inflated yet: perhaps the file is not compressed this way at all.
             message += compression_hint(decomp.head, decomp.kind, self._compression_argument)
+        # The offset is where the next record starts, unless the decompressor named a
+        # place in the compressed input (trailing garbage).
+        offset = self.position if exc.offset is None else exc.offset
         error = DataLossError(
-            message, work_item=self.work_item, record=self.next_key, offset=self.position
+            message, work_item=self.work_item, record=self.next_key, offset=offset
         )
         error.__cause__ = exc.__cause__ or exc
         return error

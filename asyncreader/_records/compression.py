@@ -165,11 +165,15 @@ class Decompressor:
 
     __slots__ = (
         "_d",
+        "_error",
         "_head",
         "_input_bytes",
         "_max_output",
         "_output_bytes",
         "_started",
+        "_stream_at",
+        "_stream_out",
+        "_streams",
         "_wbits",
         "kind",
     )
@@ -194,12 +198,22 @@ class Decompressor:
         self._output_bytes = 0
         # Whether the current stream has consumed any input (an empty file is no stream).
         self._started = False
+        # Input offset where the current stream starts, and how many streams ended before.
+        self._stream_at = 0
+        self._stream_out = 0
+        self._streams = 0
+        # An error hit after output was produced in the same call: raised by the next call.
+        self._error: DataLossError | None = None
         del work_item  # errors are raised by the framer, which knows the record
 
     @property
     def pending(self) -> bool:
         """Whether input is buffered that a ``decompress(b"")`` call would turn into output."""
-        return bool(self._d.unconsumed_tail) or (self._d.eof and bool(self._d.unused_data))
+        return (
+            bool(self._d.unconsumed_tail)
+            or (self._d.eof and bool(self._d.unused_data))
+            or self._error is not None
+        )
 
     @property
     def input_bytes(self) -> int:
@@ -228,8 +242,13 @@ class Decompressor:
 
         Raises:
             DataLossError: ``inflate() failed with error <code>: <message>`` when the stream
-                is corrupt.
+                is corrupt; for bytes after the end of a stream that start no new one
+                (trailing garbage), the message and ``offset`` give where they start in the
+                input. When the error comes after output in the same call, that output is
+                returned first (:attr:`pending` is then true) and the next call raises.
         """
+        if self._error is not None:
+            raise self._error
         if len(self._head) < 2:
             self._head = (self._head + bytes(chunk[:2]))[:2]
         self._input_bytes += len(chunk)
@@ -238,7 +257,7 @@ class Decompressor:
             data = d.unused_data + bytes(chunk)
             if not data:
                 return b""
-            self._next_stream()
+            self._next_stream(self._input_bytes - len(data))
             d = self._d
         else:
             data = d.unconsumed_tail + bytes(chunk) if d.unconsumed_tail else bytes(chunk)
@@ -250,14 +269,22 @@ class Decompressor:
             try:
                 piece = d.decompress(data, room)
             except zlib.error as exc:
-                raise _inflate_error(exc) from exc
+                error = self._stream_error(exc)
+                if not any(out):
+                    raise error from exc
+                # Hand over what inflated before the damage (say, records of a complete
+                # stream followed by garbage) and raise on the next call.
+                error.__cause__ = exc
+                self._error = error
+                break
             out.append(piece)
             room -= len(piece)
+            self._stream_out += len(piece)
             if not d.eof or not d.unused_data or room <= 0:
                 break
             # Another member follows (concatenated gzip files, as newer TensorFlow reads).
             data = d.unused_data
-            self._next_stream()
+            self._next_stream(self._input_bytes - len(data))
             d = self._d
         result = b"".join(out) if len(out) > 1 else out[0]
         self._output_bytes += len(result)
@@ -270,20 +297,39 @@ class Decompressor:
             DataLossError: ``truncated compressed stream`` when the input stopped inside a
                 stream, or ``inflate() failed ...`` when the remaining input is corrupt.
         """
+        if self._error is not None:
+            raise self._error
         d = self._d
         if self._started and not d.eof:
             try:
                 # Let zlib report a corrupt tail before calling the stream truncated.
                 d.flush()
             except zlib.error as exc:
-                raise _inflate_error(exc) from exc
+                raise self._stream_error(exc) from exc
             raise DataLossError(
                 f"truncated compressed stream after {self._input_bytes} bytes of input"
             )
 
-    def _next_stream(self) -> None:
+    def _next_stream(self, at: int) -> None:
+        """Start a new stream at input offset ``at``, after one that ended cleanly."""
         self._d = zlib.decompressobj(self._wbits)
         self._started = False
+        self._stream_at = at
+        self._stream_out = 0
+        self._streams += 1
+
+    def _stream_error(self, exc: zlib.error) -> DataLossError:
+        error = _inflate_error(exc)
+        if self._streams and not self._stream_out:
+            # Bytes after a complete stream that are no stream themselves: name where
+            # they start, so the good part of the file can be told from the rest.
+            at = self._stream_at
+            return DataLossError(
+                f"{error.message}: trailing garbage at byte {at} of the file, after the "
+                "end of the compressed stream",
+                offset=at,
+            )
+        return error
 
     def __repr__(self) -> str:
         return (
