@@ -85,7 +85,7 @@ class FixedLengthRecordReader(FramedReader):
             "encoding": self._compression.name,
         }
 
-    def _new_framer(self, work: bytes, position: int, key: int) -> Framer:
+    def _new_framer(self, work: bytes, position: int, key: int, size: int | None) -> Framer:
         return FixedLengthFramer(
             self.record_bytes,
             self.header_bytes,

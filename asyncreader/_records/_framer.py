@@ -38,9 +38,9 @@ Contract:
 from __future__ import annotations
 
 import dataclasses
-from typing import ClassVar, NoReturn, TypeAlias
+from typing import ClassVar, Final, NoReturn, TypeAlias
 
-from .._errors import AsyncReaderError, DataLossError
+from .._errors import AsyncReaderError, DataLossError, InvalidArgumentError
 from .compression import (
     DEFAULT_MAX_OUTPUT,
     Decompressor,
@@ -48,7 +48,15 @@ from .compression import (
     compression_hint,
 )
 
-__all__ = ["Chunk", "Framer", "FramerStatistics", "Records"]
+__all__ = ["DEFAULT_MAX_RECORD_BYTES", "Chunk", "Framer", "FramerStatistics", "Records"]
+
+#: The longest record (TFRecord payload, text line) a reader buffers unless told otherwise:
+#: 256 MiB. Real records are far smaller (a ``tf.train.Example`` is usually kilobytes, and
+#: protobuf parsers long refused messages over 64 MiB by default), so this leaves four times
+#: that for unusual data, while a corrupt or hostile length (a "decompression bomb"
+#: declaring 2**62 bytes) fails after buffering at most this much instead of exhausting
+#: memory. Pass ``max_record_bytes=`` to a reader or iterator to raise or lower it.
+DEFAULT_MAX_RECORD_BYTES: Final = 256 << 20
 
 #: What a framer accepts: ``bytes`` is used without copying; other buffers are copied once.
 Chunk: TypeAlias = bytes | bytearray | memoryview
@@ -260,6 +268,35 @@ class Framer:
 
     def _buffered(self) -> int:
         raise NotImplementedError
+
+
+def check_max_record_bytes(value: int) -> int:
+    """Return ``value`` if it is a valid ``max_record_bytes``.
+
+    Raises:
+        InvalidArgumentError: unless ``value`` is an integer >= 1.
+    """
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidArgumentError(f"max_record_bytes must be an integer, not {value!r}")
+    if value < 1:
+        raise InvalidArgumentError(f"max_record_bytes must be >= 1, not {value}")
+    return value
+
+
+def too_long_message(what: str, length: int | None, limit: int) -> str:
+    """The message of a record over ``max_record_bytes``: names the limit and the way out.
+
+    ``length`` is ``None`` when the record's end was not seen yet (a line still open).
+    """
+    if length is None:
+        return (
+            f"{what} is longer than max_record_bytes={limit} (its end is not read yet); "
+            "if the file is intact, pass a larger max_record_bytes= to read it"
+        )
+    return (
+        f"{what} is {length} bytes, over max_record_bytes={limit}; if the file is intact, "
+        f"pass max_record_bytes={length} or more to read it"
+    )
 
 
 class _Deferred(Exception):
