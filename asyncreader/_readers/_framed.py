@@ -184,7 +184,12 @@ class FramedReader(ReaderBase):
                 if data:
                     ints, values = framer.decode(data)
                     while framer.pending:
-                        more_ints, more_values = framer.decode(b"")
+                        try:
+                            more_ints, more_values = framer.decode(b"")
+                        except AsyncReaderError:
+                            # Pick the records framed before the damage; the framer
+                            # raises again if more are wanted.
+                            break
                         ints += more_ints
                         values += more_values
                 else:

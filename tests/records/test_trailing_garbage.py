@@ -7,6 +7,7 @@ Every record inflated before the garbage is delivered, whatever the piece sizes,
 from __future__ import annotations
 
 import gzip
+import random
 import zlib
 from typing import TYPE_CHECKING
 
@@ -174,3 +175,21 @@ async def test_fixed_length_reader_delivers_every_record(tmp_path: Path) -> None
                 await _read_all(reader, queue, got)
     assert _ids(got) == list(range(RECORDS))
     assert info.value.offset == len(stream)
+
+
+@pytest.mark.parametrize("kind", ["GZIP", "ZLIB"])
+def test_records_before_trailing_garbage_can_be_read_again_by_key(
+    tmp_path: Path, kind: str
+) -> None:
+    # Reading records again from a checkpoint's references frames the file the same way.
+    rng = random.Random(3)
+    payloads = [rng.randbytes(100) for _ in range(1000)]
+    stream = COMPRESS[kind](b"".join(b"".join(frame_record(p)) for p in payloads))
+    assert len(stream) > 64 << 10  # more than one piece of a re-read
+    path = tmp_path / "a.tfrecord"
+    path.write_bytes(stream + GARBAGE)
+    reader = ar.TFRecordReader(kind)
+    wanted = [0, 116 * 500, 116 * 999]
+    assert reader._reread(str(path).encode(), wanted) == [payloads[0], payloads[500], payloads[999]]
+    with pytest.raises(ar.DataLossError, match="trailing garbage"):
+        reader._reread(str(path).encode(), [116 * 1000])
