@@ -195,6 +195,21 @@ class Framer:
                     self._decomp.finish()
                 except DataLossError as exc:
                     self._fail(self._rebrand(exc), keys)
+                if self._skip:
+                    # Resuming (or skipping a record) past the end of the stream: the file
+                    # is shorter than the state or the skipped record's header said.
+                    end = self._decomp.output_bytes
+                    self._fail(
+                        DataLossError(
+                            f"truncated compressed stream: it ends at byte {end} of the "
+                            f"decompressed data, before offset {self.position} where "
+                            "reading was to resume",
+                            work_item=self.work_item,
+                            record=self.next_key,
+                            offset=end,
+                        ),
+                        keys,
+                    )
             self._finish(keys, values)
         except _Deferred:
             pass

@@ -323,3 +323,31 @@ def test_the_default_limit_is_generous() -> None:
     assert DEFAULT_MAX_RECORD_BYTES == 256 << 20
     assert ar.TFRecordReader().max_record_bytes == DEFAULT_MAX_RECORD_BYTES
     assert ar.TextLineReader().max_record_bytes == DEFAULT_MAX_RECORD_BYTES
+
+
+@pytest.mark.anyio
+@pytest.mark.both_backends
+async def test_skipping_the_bomb_reports_the_stream_ending_before_the_record_does(
+    tmp_path: Path, peak_memory: Callable[[], int]
+) -> None:
+    # Skipping the over-long record means inflating past it; the stream ends first, and
+    # that is damage too, not a clean end of file.
+    packer = zlib.compressobj(9, zlib.DEFLATED, 31)
+    head = _encode([b"first"]) + _header(BOMB_DECLARES)
+    stream = packer.compress(head) + packer.compress(bytes(16 * MiB)) + packer.flush()
+    path = tmp_path / "bomb.tfrecord.gz"
+    path.write_bytes(stream)
+    got: list[bytes] = []
+    async with ar.TFRecordReader("GZIP", on_error="skip") as reader:
+        await _read_all(reader, await _queue(str(path)), got)
+        over, truncated = reader.dead_letters
+    assert got == [b"first"]
+    assert isinstance(over.error, ar.ResourceExhaustedError)
+    assert not over.rest_of_work_item
+    assert isinstance(truncated.error, ar.DataLossError)
+    assert truncated.rest_of_work_item
+    assert str(truncated.error).startswith(
+        f"truncated compressed stream: it ends at byte {len(head) + 16 * MiB} of the "
+        "decompressed data"
+    )
+    assert peak_memory() < 24 * MiB
