@@ -77,8 +77,9 @@ class FramedReader(ReaderBase):
 
     # -- subclass interface ------------------------------------------------------------
 
-    def _new_framer(self, work: bytes, position: int, key: int) -> Framer:
-        """Return a framer whose first record is at ``position`` with key ``key``."""
+    def _new_framer(self, work: bytes, position: int, key: int, size: int | None) -> Framer:
+        """Return a framer whose first record is at ``position`` with key ``key``; ``size``
+        is the file's size when known (it bounds the lengths records may declare)."""
         raise NotImplementedError
 
     def _seek_target(self, position: int, key: int) -> int | None:
@@ -107,7 +108,7 @@ class FramedReader(ReaderBase):
         self._file = open_work_item(work)
         self._prefix = work + b":"
         self._key_format = key_format(self._prefix)
-        self._framer = self._new_framer(work, 0, self._first_key)
+        self._framer = self._new_framer(work, 0, self._first_key, self._file.size)
         self._skip_pending = 0
 
     def restore_extra(self, extra: bytes) -> None:
@@ -117,7 +118,7 @@ class FramedReader(ReaderBase):
         if target is not None:
             self._file.seek(target)
         self._drop_block()
-        self._framer = self._new_framer(self._work, position, key)
+        self._framer = self._new_framer(self._work, position, key, self._file.size)
         self._skip_pending = skip
 
     def on_work_finished(self) -> None:
@@ -142,7 +143,8 @@ class FramedReader(ReaderBase):
         else:
             self._file.seek(target)
         self._drop_block()
-        self._framer = self._new_framer(self._work, position, key)
+        assert self._file is not None
+        self._framer = self._new_framer(self._work, position, key, self._file.size)
         self._skip_pending = 0
         return True
 
@@ -182,7 +184,12 @@ class FramedReader(ReaderBase):
                 if data:
                     ints, values = framer.decode(data)
                     while framer.pending:
-                        more_ints, more_values = framer.decode(b"")
+                        try:
+                            more_ints, more_values = framer.decode(b"")
+                        except AsyncReaderError:
+                            # Pick the records framed before the damage; the framer
+                            # raises again if more are wanted.
+                            break
                         ints += more_ints
                         values += more_values
                 else:
@@ -208,10 +215,10 @@ class FramedReader(ReaderBase):
         position = self._position_of(key)
         if position is None:
             f.seek(0)
-            return self._new_framer(work, 0, self._first_key)
+            return self._new_framer(work, 0, self._first_key, f.size)
         target = self._seek_target(position, key)
         f.seek(0 if target is None else target)  # compressed: inflate up to it again
-        return self._new_framer(work, position, key)
+        return self._new_framer(work, position, key, f.size)
 
     @staticmethod
     def _pick(

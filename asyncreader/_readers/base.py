@@ -473,6 +473,7 @@ class ReaderBase(SharedResource, ABC):
             DataLossError: the record data is corrupt; the work item stays in progress, so
                 every read fails until :meth:`reset`.
             InvalidArgumentError: the queue does not hold single strings.
+            TypeError: ``queue`` is not a queue (has no ``dequeue``), for example a list.
             FailedPreconditionError: the reader is closed.
             AsyncReaderError: a hook broke its contract.
         """
@@ -511,6 +512,7 @@ class ReaderBase(SharedResource, ABC):
             OutOfRangeError: ``queue`` is closed and empty and no record was gathered.
             InvalidArgumentError: ``num_records`` is negative, or the queue does not hold
                 single strings.
+            TypeError: ``queue`` is not a queue (has no ``dequeue``), for example a list.
             NotFoundError: the work item just taken does not exist; it is abandoned.
             DataLossError: the record data is corrupt. When this call had already gathered
                 records, it returns them and the next call raises (TensorFlow drops them but
@@ -733,6 +735,13 @@ class ReaderBase(SharedResource, ABC):
         raise FailedPreconditionError(f"{self.display_name} was closed during the operation")
 
     async def _take_work(self, queue: WorkQueue) -> None:
+        if not callable(getattr(queue, "dequeue", None)):
+            # Checked once per work item, not per record: a list of paths is a common slip.
+            raise TypeError(
+                f"{self.display_name} reads work items from a queue (an object with an async "
+                f"dequeue(), such as FIFOQueue or string_input_producer), not a "
+                f"{type(queue).__name__}"
+            )
         dtypes = getattr(queue, "dtypes", None)
         if isinstance(dtypes, (list, tuple)) and len(dtypes) != 1:
             raise InvalidArgumentError(

@@ -6,7 +6,11 @@ import logging
 from typing import TYPE_CHECKING, ClassVar
 
 from .._errors import InvalidArgumentError, OutOfRangeError
-from .._records.compression import TFRecordCompressionType, parse_compression_type
+from .._records.compression import (
+    TFRecordCompressionType,
+    compression_name,
+    parse_compression_type,
+)
 from .._records.fixed_length import FixedLengthFramer
 from ._framed import FramedReader
 
@@ -33,15 +37,17 @@ class FixedLengthRecordReader(FramedReader):
         header_bytes: ``H``, skipped once per file.
         footer_bytes: ``F``, ignored at the end of each file.
         hop_bytes: ``P``, the distance between record starts; 0 means ``record_bytes``.
-        encoding: ``"ZLIB"`` or ``"GZIP"`` for compressed files; anything else means
-            uncompressed, as in TensorFlow.
+        encoding: ``"ZLIB"`` or ``"GZIP"`` (any case) for compressed files, ``None`` or
+            ``""`` for uncompressed ones. Other values raise
+            :class:`~asyncreader.InvalidArgumentError` (TensorFlow reads the files
+            uncompressed instead).
         name: The reader's name in messages.
         on_error: What to do with bad input: ``\"raise\"`` (the default, as
             TensorFlow), ``\"skip\"`` or an :class:`~asyncreader.ErrorPolicy`.
 
     Raises:
         InvalidArgumentError: ``<name> must be >= 0 not <v>`` for a negative size, or
-            ``record_bytes must be > 0 not 0``.
+            ``record_bytes must be > 0 not 0``, or an unknown ``encoding``.
     """
 
     _consecutive_keys: ClassVar[bool] = True
@@ -57,17 +63,18 @@ class FixedLengthRecordReader(FramedReader):
         *,
         on_error: OnError = None,
     ) -> None:
-        # The framer validates the sizes with TensorFlow's messages.
-        FixedLengthFramer(record_bytes, header_bytes, footer_bytes, hop_bytes, encoding)
         if encoding is not None and not isinstance(encoding, str):
             raise InvalidArgumentError(f"encoding must be a string, not {encoding!r}")
+        # The framer validates the sizes with TensorFlow's messages, and the encoding.
+        FixedLengthFramer(record_bytes, header_bytes, footer_bytes, hop_bytes, encoding)
         super().__init__(name, on_error=on_error)
         self.record_bytes = record_bytes
         self.header_bytes = header_bytes
         self.footer_bytes = footer_bytes
         self.hop_bytes = hop_bytes
-        self.encoding = encoding or ""
-        self._compression = parse_compression_type(encoding, strict=False)
+        self._compression = parse_compression_type(encoding, name="encoding")
+        #: ``""``, ``"ZLIB"`` or ``"GZIP"``: the encoding given, spelled as TensorFlow does.
+        self.encoding = compression_name(self._compression)
 
     def _config(self) -> dict[str, object]:
         return {
@@ -78,7 +85,7 @@ class FixedLengthRecordReader(FramedReader):
             "encoding": self._compression.name,
         }
 
-    def _new_framer(self, work: bytes, position: int, key: int) -> Framer:
+    def _new_framer(self, work: bytes, position: int, key: int, size: int | None) -> Framer:
         return FixedLengthFramer(
             self.record_bytes,
             self.header_bytes,

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, ClassVar
 
 from .._errors import InvalidArgumentError
+from .._records._framer import DEFAULT_MAX_RECORD_BYTES, check_max_record_bytes
 from .._records.lines import LineFramer
 from ._framed import FramedReader
 
@@ -27,16 +28,28 @@ class TextLineReader(FramedReader):
         name: The reader's name in messages.
         on_error: What to do with bad input: ``\"raise\"`` (the default, as
             TensorFlow), ``\"skip\"`` or an :class:`~asyncreader.ErrorPolicy`.
+        max_record_bytes: The longest line read (default 256 MiB, see
+            ``DEFAULT_MAX_RECORD_BYTES`` in :mod:`asyncreader._records`). A longer line
+            raises :class:`~asyncreader.ResourceExhaustedError` naming the file, line and
+            offset as soon as that many bytes of it are held, so a file without newlines
+            cannot take memory without bound; ``on_error="skip"`` skips just that line when
+            its end was read, else the rest of the file.
 
     Raises:
-        InvalidArgumentError: ``skip_header_lines must be >= 0 not <n>``.
+        InvalidArgumentError: ``skip_header_lines must be >= 0 not <n>``, or a
+            ``max_record_bytes`` below 1.
     """
 
     _first_key: ClassVar[int] = 1
     _consecutive_keys: ClassVar[bool] = True
 
     def __init__(
-        self, skip_header_lines: int = 0, name: str | None = None, *, on_error: OnError = None
+        self,
+        skip_header_lines: int = 0,
+        name: str | None = None,
+        *,
+        on_error: OnError = None,
+        max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES,
     ) -> None:
         if isinstance(skip_header_lines, bool) or not isinstance(skip_header_lines, int):
             raise InvalidArgumentError(
@@ -46,14 +59,17 @@ class TextLineReader(FramedReader):
             raise InvalidArgumentError(f"skip_header_lines must be >= 0 not {skip_header_lines}")
         super().__init__(name, on_error=on_error)
         self.skip_header_lines = skip_header_lines
+        #: The longest line read.
+        self.max_record_bytes = check_max_record_bytes(max_record_bytes)
 
     def _config(self) -> dict[str, object]:
         return {"skip_header_lines": self.skip_header_lines}
 
-    def _new_framer(self, work: bytes, position: int, key: int) -> Framer:
+    def _new_framer(self, work: bytes, position: int, key: int, size: int | None) -> Framer:
         return LineFramer(
             skip_header_lines=self.skip_header_lines,
             first_line=key,
             start_offset=position,
             work_item=work,
+            max_record_bytes=self.max_record_bytes,
         )

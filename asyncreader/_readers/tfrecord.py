@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from .._records._framer import DEFAULT_MAX_RECORD_BYTES, check_max_record_bytes
 from .._records.compression import (
     TFRecordCompressionType,
     compression_name,
@@ -29,12 +30,25 @@ class TFRecordReader(FramedReader):
     at the end of a file are ignored, as TensorFlow does.
 
     Args:
-        compression_type: ``None`` or ``""`` (uncompressed), ``"ZLIB"`` or ``"GZIP"`` (or a
-            :class:`~asyncreader.TFRecordCompressionType`). Other strings mean
-            uncompressed, as in TensorFlow.
+        compression_type: ``None`` or ``""`` (uncompressed), ``"ZLIB"`` or ``"GZIP"``, in
+            any case, as :class:`~asyncreader.TFRecordWriter` takes them (or a
+            :class:`~asyncreader.TFRecordCompressionType`). Other values raise
+            :class:`~asyncreader.InvalidArgumentError` (TensorFlow reads the file
+            uncompressed instead, and fails later on the compressed bytes).
         name: The reader's name in messages.
         on_error: What to do with bad input: ``\"raise\"`` (the default, as
             TensorFlow), ``\"skip\"`` or an :class:`~asyncreader.ErrorPolicy`.
+        max_record_bytes: The longest payload read (default 256 MiB, see
+            ``DEFAULT_MAX_RECORD_BYTES`` in :mod:`asyncreader._records`). A header
+            declaring more raises :class:`~asyncreader.ResourceExhaustedError` naming the
+            file, offset, length and limit, before any of the record is buffered or
+            inflated; ``on_error="skip"`` skips just that record. A header declaring more
+            than is left in an uncompressed file of known size raises
+            :class:`~asyncreader.DataLossError` (``truncated record at <offset>``) at once.
+
+    Raises:
+        InvalidArgumentError: for an unknown ``compression_type`` or a
+            ``max_record_bytes`` below 1.
     """
 
     def __init__(
@@ -43,9 +57,12 @@ class TFRecordReader(FramedReader):
         name: str | None = None,
         *,
         on_error: OnError = None,
+        max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES,
     ) -> None:
+        self._compression = parse_compression_type(compression_type)
+        #: The longest payload read.
+        self.max_record_bytes = check_max_record_bytes(max_record_bytes)
         super().__init__(name, on_error=on_error)
-        self._compression = parse_compression_type(compression_type, strict=False)
 
     @property
     def compression_type(self) -> str:
@@ -55,9 +72,13 @@ class TFRecordReader(FramedReader):
     def _config(self) -> dict[str, object]:
         return {"compression_type": self.compression_type}
 
-    def _new_framer(self, work: bytes, position: int, key: int) -> Framer:
+    def _new_framer(self, work: bytes, position: int, key: int, size: int | None) -> Framer:
         return TFRecordFramer(
-            compression_type=self._compression, start_offset=position, work_item=work
+            compression_type=self._compression,
+            start_offset=position,
+            work_item=work,
+            max_record_bytes=self.max_record_bytes,
+            stream_size=size,
         )
 
     def _position_of(self, key: int) -> int | None:

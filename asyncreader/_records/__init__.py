@@ -8,7 +8,7 @@ them from worker threads. Their shared contract is described in :mod:`._framer`.
 
 from __future__ import annotations
 
-from ._framer import Framer, FramerStatistics
+from ._framer import DEFAULT_MAX_RECORD_BYTES, Framer, FramerStatistics
 from .compression import Decompressor, TFRecordCompressionType, parse_compression_type
 from .fixed_length import FixedLengthFramer
 from .iterator import (
@@ -22,6 +22,7 @@ from .tfrecord import TFRecordFramer, frame_record
 from .writer import TFRecordWriter, WriterStatistics
 
 __all__ = [
+    "DEFAULT_MAX_RECORD_BYTES",
     "AsyncTFRecordIterator",
     "Decompressor",
     "FixedLengthFramer",

@@ -38,12 +38,25 @@ Contract:
 from __future__ import annotations
 
 import dataclasses
-from typing import NoReturn, TypeAlias
+from typing import ClassVar, Final, NoReturn, TypeAlias
 
-from .._errors import AsyncReaderError, DataLossError
-from .compression import DEFAULT_MAX_OUTPUT, Decompressor, TFRecordCompressionType
+from .._errors import AsyncReaderError, DataLossError, InvalidArgumentError
+from .compression import (
+    DEFAULT_MAX_OUTPUT,
+    Decompressor,
+    TFRecordCompressionType,
+    compression_hint,
+)
 
-__all__ = ["Chunk", "Framer", "FramerStatistics", "Records"]
+__all__ = ["DEFAULT_MAX_RECORD_BYTES", "Chunk", "Framer", "FramerStatistics", "Records"]
+
+#: The longest record (TFRecord payload, text line) a reader buffers unless told otherwise:
+#: 256 MiB. Real records are far smaller (a ``tf.train.Example`` is usually kilobytes, and
+#: protobuf parsers long refused messages over 64 MiB by default), so this leaves four times
+#: that for unusual data, while a corrupt or hostile length (a "decompression bomb"
+#: declaring 2**62 bytes) fails after buffering at most this much instead of exhausting
+#: memory. Pass ``max_record_bytes=`` to a reader or iterator to raise or lower it.
+DEFAULT_MAX_RECORD_BYTES: Final = 256 << 20
 
 #: What a framer accepts: ``bytes`` is used without copying; other buffers are copied once.
 Chunk: TypeAlias = bytes | bytearray | memoryview
@@ -77,6 +90,9 @@ class Framer:
     ``data``, raising their error through :meth:`_fail`), ``_finish(keys, values)``,
     ``_buffered()``, ``position`` and ``next_key``.
     """
+
+    #: The option that names the compression, for hints in error messages.
+    _compression_argument: ClassVar[str] = "compression_type"
 
     __slots__ = (
         "_decomp",
@@ -179,6 +195,21 @@ class Framer:
                     self._decomp.finish()
                 except DataLossError as exc:
                     self._fail(self._rebrand(exc), keys)
+                if self._skip:
+                    # Resuming (or skipping a record) past the end of the stream: the file
+                    # is shorter than the state or the skipped record's header said.
+                    end = self._decomp.output_bytes
+                    self._fail(
+                        DataLossError(
+                            f"truncated compressed stream: it ends at byte {end} of the "
+                            f"decompressed data, before offset {self.position} where "
+                            "reading was to resume",
+                            work_item=self.work_item,
+                            record=self.next_key,
+                            offset=end,
+                        ),
+                        keys,
+                    )
             self._finish(keys, values)
         except _Deferred:
             pass
@@ -223,8 +254,16 @@ class Framer:
             self._frame(data, keys, values)
 
     def _rebrand(self, exc: DataLossError) -> DataLossError:
+        message = exc.message
+        decomp = self._decomp
+        if decomp is not None and decomp.output_bytes == 0:
+            # Nothing inflated yet: perhaps the file is not compressed this way at all.
+            message += compression_hint(decomp.head, decomp.kind, self._compression_argument)
+        # The offset is where the next record starts, unless the decompressor named a
+        # place in the compressed input (trailing garbage).
+        offset = self.position if exc.offset is None else exc.offset
         error = DataLossError(
-            exc.message, work_item=self.work_item, record=self.next_key, offset=self.position
+            message, work_item=self.work_item, record=self.next_key, offset=offset
         )
         error.__cause__ = exc.__cause__ or exc
         return error
@@ -244,6 +283,35 @@ class Framer:
 
     def _buffered(self) -> int:
         raise NotImplementedError
+
+
+def check_max_record_bytes(value: int) -> int:
+    """Return ``value`` if it is a valid ``max_record_bytes``.
+
+    Raises:
+        InvalidArgumentError: unless ``value`` is an integer >= 1.
+    """
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidArgumentError(f"max_record_bytes must be an integer, not {value!r}")
+    if value < 1:
+        raise InvalidArgumentError(f"max_record_bytes must be >= 1, not {value}")
+    return value
+
+
+def too_long_message(what: str, length: int | None, limit: int) -> str:
+    """The message of a record over ``max_record_bytes``: names the limit and the way out.
+
+    ``length`` is ``None`` when the record's end was not seen yet (a line still open).
+    """
+    if length is None:
+        return (
+            f"{what} is longer than max_record_bytes={limit} (its end is not read yet); "
+            "if the file is intact, pass a larger max_record_bytes= to read it"
+        )
+    return (
+        f"{what} is {length} bytes, over max_record_bytes={limit}; if the file is intact, "
+        f"pass max_record_bytes={length} or more to read it"
+    )
 
 
 class _Deferred(Exception):

@@ -25,7 +25,9 @@ __all__ = [
     "Decompressor",
     "TFRecordCompressionType",
     "compression_name",
+    "compression_hint",
     "parse_compression_type",
+    "sniff_compression",
     "wbits_for",
 ]
 
@@ -39,8 +41,9 @@ _ZLIB_ERROR = re.compile(r"Error (-?\d+) while decompressing data:?\s*(.*)")
 class TFRecordCompressionType(enum.IntEnum):
     """Compression of a whole TFRecord file, as ``tf.io.TFRecordCompressionType``.
 
-    Wherever a ``compression_type`` is taken, these members, their names as strings
-    (``"ZLIB"``, ``"GZIP"``, ``""``) and ``None`` are accepted.
+    Wherever a ``compression_type`` is taken, these members, their names as strings in any
+    case (``"ZLIB"``, ``"GZIP"``, ``""``) and ``None`` are accepted; anything else raises
+    :class:`~asyncreader.InvalidArgumentError`.
     """
 
     NONE = 0
@@ -57,22 +60,26 @@ _BY_NAME: Final = {
 
 
 def parse_compression_type(
-    value: str | int | TFRecordCompressionType | None, *, strict: bool = True
+    value: str | int | TFRecordCompressionType | None, *, name: str = "compression_type"
 ) -> TFRecordCompressionType:
     """Return the compression type that ``value`` names.
 
+    Readers, :func:`~asyncreader.tf_record_iterator` and :class:`~asyncreader.TFRecordWriter`
+    all take the same values. TensorFlow's reader ops log an unknown string and read the
+    file uncompressed, so ``"gzip"`` or ``"BZIP2"`` there surfaces later as corrupt data;
+    here it is an error at once (a deliberate difference, SPEC §11 Q11).
+
     Args:
-        value: ``None``, ``""``, ``"ZLIB"``, ``"GZIP"`` (any case when ``strict``), or a
+        value: ``None``, ``""``, ``"NONE"``, ``"ZLIB"``, ``"GZIP"`` (any case), or a
             :class:`TFRecordCompressionType` / its integer value.
-        strict: When false, strings are matched exactly and any other string means no
-            compression, as TensorFlow's reader ops and ``FixedLengthRecordReader``'s
-            ``encoding`` treat them (so ``"zlib"`` is *not* compressed there).
+        name: The argument's name, for the error message (``encoding`` for
+            :class:`~asyncreader.FixedLengthRecordReader`).
 
     Returns:
         The member.
 
     Raises:
-        InvalidArgumentError: if ``strict`` and ``value`` names no compression type.
+        InvalidArgumentError: if ``value`` names no compression type.
     """
     if value is None:
         return TFRecordCompressionType.NONE
@@ -84,15 +91,43 @@ def parse_compression_type(
         except ValueError:
             pass
     elif isinstance(value, str):
-        if not strict:
-            # TensorFlow's reader ops compare exactly: "zlib" means no compression there.
-            return _BY_NAME.get(value, TFRecordCompressionType.NONE)
         found = _BY_NAME.get(value.upper())
         if found is not None:
             return found
-    raise InvalidArgumentError(
-        f"compression_type must be None, '', 'ZLIB' or 'GZIP', not {value!r}"
-    )
+    raise InvalidArgumentError(f"{name} must be None, '', 'ZLIB' or 'GZIP', not {value!r}")
+
+
+def sniff_compression(head: bytes) -> TFRecordCompressionType | None:
+    """Return the compression that a file starting with ``head`` looks like, or ``None``.
+
+    GZIP files start with the magic bytes ``1f 8b``; ZLIB streams with a two-byte header
+    whose method is deflate and whose 16-bit value is a multiple of 31 (RFC 1950). Only a
+    hint for error messages: an uncompressed file can start like a zlib header by chance.
+    """
+    if head[:2] == b"\x1f\x8b":
+        return TFRecordCompressionType.GZIP
+    if (
+        len(head) >= 2
+        and head[0] & 0x0F == 8
+        and head[0] >> 4 <= 7
+        and (head[0] << 8 | head[1]) % 31 == 0
+    ):
+        return TFRecordCompressionType.ZLIB
+    return None
+
+
+def compression_hint(head: bytes, given: TFRecordCompressionType, argument: str) -> str:
+    """Return ``" (looks GZIP-compressed: use compression_type='GZIP')"`` (or the like) when
+    ``head``, a file's first bytes, suggests another compression than ``given``; else ``""``.
+
+    ``argument`` is the option's name (``compression_type`` or ``encoding``).
+    """
+    looks = sniff_compression(head)
+    if looks is None or looks is given:
+        if given is TFRecordCompressionType.NONE or looks is given:
+            return ""
+        return f" (does not look {given.name}-compressed: is {argument} right?)"
+    return f" (looks {looks.name}-compressed: use {argument}={looks.name!r})"
 
 
 def compression_name(kind: TFRecordCompressionType) -> str:
@@ -128,7 +163,20 @@ class Decompressor:
         InvalidArgumentError: if ``kind`` is ``NONE`` or ``max_output`` < 1.
     """
 
-    __slots__ = ("_d", "_input_bytes", "_max_output", "_output_bytes", "_started", "_wbits")
+    __slots__ = (
+        "_d",
+        "_error",
+        "_head",
+        "_input_bytes",
+        "_max_output",
+        "_output_bytes",
+        "_started",
+        "_stream_at",
+        "_stream_out",
+        "_streams",
+        "_wbits",
+        "kind",
+    )
 
     def __init__(
         self,
@@ -140,18 +188,32 @@ class Decompressor:
         if max_output < 1:
             raise InvalidArgumentError(f"max_output must be >= 1, not {max_output}")
         self._wbits = wbits_for(kind)
+        #: ``ZLIB`` or ``GZIP``.
+        self.kind = kind
+        # The input's first bytes, to say what a stream that fails at once looks like.
+        self._head = b""
         self._d = zlib.decompressobj(self._wbits)
         self._max_output = max_output
         self._input_bytes = 0
         self._output_bytes = 0
         # Whether the current stream has consumed any input (an empty file is no stream).
         self._started = False
+        # Input offset where the current stream starts, and how many streams ended before.
+        self._stream_at = 0
+        self._stream_out = 0
+        self._streams = 0
+        # An error hit after output was produced in the same call: raised by the next call.
+        self._error: DataLossError | None = None
         del work_item  # errors are raised by the framer, which knows the record
 
     @property
     def pending(self) -> bool:
         """Whether input is buffered that a ``decompress(b"")`` call would turn into output."""
-        return bool(self._d.unconsumed_tail) or (self._d.eof and bool(self._d.unused_data))
+        return (
+            bool(self._d.unconsumed_tail)
+            or (self._d.eof and bool(self._d.unused_data))
+            or self._error is not None
+        )
 
     @property
     def input_bytes(self) -> int:
@@ -162,6 +224,11 @@ class Decompressor:
     def output_bytes(self) -> int:
         """Decompressed bytes produced so far."""
         return self._output_bytes
+
+    @property
+    def head(self) -> bytes:
+        """The first two bytes of input (fewer while fewer were fed)."""
+        return self._head
 
     def decompress(self, chunk: bytes | bytearray | memoryview) -> bytes:
         """Feed ``chunk`` and return up to ``max_output`` decompressed bytes.
@@ -175,15 +242,22 @@ class Decompressor:
 
         Raises:
             DataLossError: ``inflate() failed with error <code>: <message>`` when the stream
-                is corrupt.
+                is corrupt; for bytes after the end of a stream that start no new one
+                (trailing garbage), the message and ``offset`` give where they start in the
+                input. When the error comes after output in the same call, that output is
+                returned first (:attr:`pending` is then true) and the next call raises.
         """
+        if self._error is not None:
+            raise self._error
+        if len(self._head) < 2:
+            self._head = (self._head + bytes(chunk[:2]))[:2]
         self._input_bytes += len(chunk)
         d = self._d
         if d.eof:
             data = d.unused_data + bytes(chunk)
             if not data:
                 return b""
-            self._next_stream()
+            self._next_stream(self._input_bytes - len(data))
             d = self._d
         else:
             data = d.unconsumed_tail + bytes(chunk) if d.unconsumed_tail else bytes(chunk)
@@ -195,14 +269,22 @@ class Decompressor:
             try:
                 piece = d.decompress(data, room)
             except zlib.error as exc:
-                raise _inflate_error(exc) from exc
+                error = self._stream_error(exc)
+                if not any(out):
+                    raise error from exc
+                # Hand over what inflated before the damage (say, records of a complete
+                # stream followed by garbage) and raise on the next call.
+                error.__cause__ = exc
+                self._error = error
+                break
             out.append(piece)
             room -= len(piece)
+            self._stream_out += len(piece)
             if not d.eof or not d.unused_data or room <= 0:
                 break
             # Another member follows (concatenated gzip files, as newer TensorFlow reads).
             data = d.unused_data
-            self._next_stream()
+            self._next_stream(self._input_bytes - len(data))
             d = self._d
         result = b"".join(out) if len(out) > 1 else out[0]
         self._output_bytes += len(result)
@@ -215,20 +297,39 @@ class Decompressor:
             DataLossError: ``truncated compressed stream`` when the input stopped inside a
                 stream, or ``inflate() failed ...`` when the remaining input is corrupt.
         """
+        if self._error is not None:
+            raise self._error
         d = self._d
         if self._started and not d.eof:
             try:
                 # Let zlib report a corrupt tail before calling the stream truncated.
                 d.flush()
             except zlib.error as exc:
-                raise _inflate_error(exc) from exc
+                raise self._stream_error(exc) from exc
             raise DataLossError(
                 f"truncated compressed stream after {self._input_bytes} bytes of input"
             )
 
-    def _next_stream(self) -> None:
+    def _next_stream(self, at: int) -> None:
+        """Start a new stream at input offset ``at``, after one that ended cleanly."""
         self._d = zlib.decompressobj(self._wbits)
         self._started = False
+        self._stream_at = at
+        self._stream_out = 0
+        self._streams += 1
+
+    def _stream_error(self, exc: zlib.error) -> DataLossError:
+        error = _inflate_error(exc)
+        if self._streams and not self._stream_out:
+            # Bytes after a complete stream that are no stream themselves: name where
+            # they start, so the good part of the file can be told from the rest.
+            at = self._stream_at
+            return DataLossError(
+                f"{error.message}: trailing garbage at byte {at} of the file, after the "
+                "end of the compressed stream",
+                offset=at,
+            )
+        return error
 
     def __repr__(self) -> str:
         return (

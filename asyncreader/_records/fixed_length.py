@@ -24,6 +24,7 @@ See :mod:`asyncreader._records._framer` for the chunk contract.
 from __future__ import annotations
 
 import logging
+from typing import ClassVar
 
 import numpy as np
 
@@ -44,8 +45,8 @@ class FixedLengthFramer(Framer):
         header_bytes: ``H``, skipped once at the start.
         footer_bytes: ``F``, held back at the end.
         hop_bytes: ``P``, the distance between record starts; 0 means ``record_bytes``.
-        encoding: ``"ZLIB"`` or ``"GZIP"`` for a compressed file; anything else (``None``,
-            ``""``, unknown strings) means uncompressed, as in TensorFlow.
+        encoding: ``"ZLIB"`` or ``"GZIP"`` (any case) for a compressed file, ``None`` or
+            ``""`` for an uncompressed one.
         start_index: The index of the first record to produce (resuming mid-file).
             Uncompressed input then starts at :attr:`position` ``= H + start_index * P``;
             compressed input is fed from the start of the file and the framer discards
@@ -55,8 +56,11 @@ class FixedLengthFramer(Framer):
 
     Raises:
         InvalidArgumentError: ``<name> must be >= 0 not <v>`` for a negative size,
-            ``record_bytes must be > 0 not 0``, or a negative ``start_index``.
+            ``record_bytes must be > 0 not 0``, a negative ``start_index``, or an unknown
+            ``encoding``.
     """
+
+    _compression_argument: ClassVar[str] = "encoding"
 
     __slots__ = (
         "_F",
@@ -96,7 +100,7 @@ class FixedLengthFramer(Framer):
             raise InvalidArgumentError("record_bytes must be > 0 not 0")
         if start_index < 0:
             raise InvalidArgumentError(f"start_index must be >= 0, not {start_index}")
-        compression = parse_compression_type(encoding, strict=False)
+        compression = parse_compression_type(encoding, name="encoding")
         self._R = record_bytes
         self._H = header_bytes
         self._F = footer_bytes

@@ -9,6 +9,7 @@ are yielded, then :class:`~asyncreader.DataLossError` is raised.
 
 from __future__ import annotations
 
+import os
 from typing import TYPE_CHECKING, BinaryIO
 
 import anyio
@@ -17,6 +18,7 @@ import anyio.lowlevel
 from .._errors import InvalidArgumentError, map_io_errors
 from .._io.executor import run_io
 from . import _files
+from ._framer import DEFAULT_MAX_RECORD_BYTES, check_max_record_bytes
 from .compression import TFRecordCompressionType, parse_compression_type
 from .tfrecord import TFRecordFramer
 
@@ -40,17 +42,28 @@ class _Source:
     __slots__ = ("file", "framer", "path", "read_size")
 
     def __init__(
-        self, path: PathArg, kind: TFRecordCompressionType, verify_crc: bool, read_size: int
+        self,
+        path: PathArg,
+        kind: TFRecordCompressionType,
+        verify_crc: bool,
+        read_size: int,
+        max_record_bytes: int,
     ) -> None:
         self.path = path
         self.read_size = read_size
         self.file: BinaryIO | None = None
         self.framer = TFRecordFramer(
-            compression_type=kind, verify_crc=verify_crc, work_item=_files.display_path(path)
+            compression_type=kind,
+            verify_crc=verify_crc,
+            work_item=_files.display_path(path),
+            max_record_bytes=max_record_bytes,
         )
 
     def open(self) -> None:
         self.file = _files.open_for_reading(self.path)
+        # Bounds the lengths headers may declare (ignored for a compressed file).
+        with map_io_errors(self.framer.work_item):
+            self.framer.stream_size = os.fstat(self.file.fileno()).st_size
 
     def next_block(self) -> list[bytes] | None:
         """Return the next non-empty list of payloads, or ``None`` at the end of the file.
@@ -211,6 +224,7 @@ def tf_record_iterator(
     *,
     verify_crc: bool = True,
     read_size: int = _files.READ_SIZE,
+    max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES,
 ) -> TFRecordIterator:
     """Return an iterator over the payloads of the TFRecord file at ``path``.
 
@@ -222,18 +236,25 @@ def tf_record_iterator(
             :class:`TFRecordCompressionType`.
         verify_crc: Check every record's checksums.
         read_size: Bytes read from the file per block.
+        max_record_bytes: The longest payload read (default 256 MiB,
+            ``DEFAULT_MAX_RECORD_BYTES`` in :mod:`asyncreader._records`): a header
+            declaring more raises :class:`~asyncreader.ResourceExhaustedError` before any
+            of the record is buffered or inflated. A header declaring more than is left in
+            an uncompressed file raises ``DataLossError`` (``truncated record``) at once.
 
     Returns:
         A :class:`TFRecordIterator` (also a context manager).
 
     Raises:
-        InvalidArgumentError: for an unknown ``compression_type`` or ``read_size`` < 1.
+        InvalidArgumentError: for an unknown ``compression_type``, ``read_size`` < 1 or
+            ``max_record_bytes`` < 1.
         NotFoundError: if the file does not exist.
         DataLossError: while iterating, at a corrupt or truncated record (``corrupted
             record at <offset>``, ``truncated record at <offset>``) or a broken
             compressed stream (``inflate() failed ...``).
+        ResourceExhaustedError: while iterating, at a record over ``max_record_bytes``.
     """
-    source = _make_source(path, compression_type, verify_crc, read_size)
+    source = _make_source(path, compression_type, verify_crc, read_size, max_record_bytes)
     source.open()
     return TFRecordIterator(source)
 
@@ -244,6 +265,7 @@ def async_tf_record_iterator(
     *,
     verify_crc: bool = True,
     read_size: int = _files.READ_SIZE,
+    max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES,
 ) -> AsyncTFRecordIterator:
     """Return an ``async for`` iterator over the payloads of the TFRecord file at ``path``.
 
@@ -256,16 +278,21 @@ def async_tf_record_iterator(
             :class:`TFRecordCompressionType`.
         verify_crc: Check every record's checksums.
         read_size: Bytes read from the file per block.
+        max_record_bytes: The longest payload read, as for :func:`tf_record_iterator`.
 
     Returns:
         An :class:`AsyncTFRecordIterator` (also an async context manager).
 
     Raises:
-        InvalidArgumentError: for an unknown ``compression_type`` or ``read_size`` < 1.
+        InvalidArgumentError: for an unknown ``compression_type``, ``read_size`` < 1 or
+            ``max_record_bytes`` < 1.
         NotFoundError: from the first step, if the file does not exist.
         DataLossError: while iterating, as for :func:`tf_record_iterator`.
+        ResourceExhaustedError: while iterating, at a record over ``max_record_bytes``.
     """
-    return AsyncTFRecordIterator(_make_source(path, compression_type, verify_crc, read_size))
+    return AsyncTFRecordIterator(
+        _make_source(path, compression_type, verify_crc, read_size, max_record_bytes)
+    )
 
 
 def _make_source(
@@ -273,8 +300,9 @@ def _make_source(
     compression_type: str | TFRecordCompressionType | None,
     verify_crc: bool,
     read_size: int,
+    max_record_bytes: int,
 ) -> _Source:
     kind = parse_compression_type(compression_type)
     if read_size < 1:
         raise InvalidArgumentError(f"read_size must be >= 1, not {read_size}")
-    return _Source(path, kind, verify_crc, read_size)
+    return _Source(path, kind, verify_crc, read_size, check_max_record_bytes(max_record_bytes))

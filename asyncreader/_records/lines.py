@@ -10,14 +10,23 @@
   (``skip_header_lines``) and still counted, so with one header line the first record's
   key is 2. Running out of input while skipping is not an error.
 
-See :mod:`asyncreader._records._framer` for the chunk contract. A line framer never fails:
-every byte sequence is some lines.
+See :mod:`asyncreader._records._framer` for the chunk contract. Every byte sequence is some
+lines; the only error is a line longer than ``max_record_bytes``
+(:class:`~asyncreader.ResourceExhaustedError`), raised as soon as that many bytes of it are
+held, so a file without newlines cannot take memory without bound.
 """
 
 from __future__ import annotations
 
-from .._errors import InvalidArgumentError
-from ._framer import Framer
+from typing import NoReturn
+
+from .._errors import InvalidArgumentError, ResourceExhaustedError
+from ._framer import (
+    DEFAULT_MAX_RECORD_BYTES,
+    Framer,
+    check_max_record_bytes,
+    too_long_message,
+)
 from .compression import TFRecordCompressionType
 
 __all__ = ["LineFramer"]
@@ -33,13 +42,17 @@ class LineFramer(Framer):
         start_offset: The stream offset of the first byte fed, so that :attr:`position`
             is a file offset.
         work_item: The file, named in errors.
+        max_record_bytes: The longest line accepted (without its ``\n``). A longer one
+            fails with :class:`~asyncreader.ResourceExhaustedError` once more than this
+            many bytes of it are held; the lines before it are returned first.
 
     Raises:
         InvalidArgumentError: ``skip_header_lines must be >= 0 not <n>``, or a
-            ``first_line`` below 1 or a negative ``start_offset``.
+            ``first_line`` below 1, a negative ``start_offset`` or a ``max_record_bytes``
+            below 1.
     """
 
-    __slots__ = ("_line", "_partial", "_partial_len", "_pos", "_skip_lines")
+    __slots__ = ("_limit", "_line", "_partial", "_partial_len", "_pos", "_skip_lines")
 
     def __init__(
         self,
@@ -48,7 +61,9 @@ class LineFramer(Framer):
         first_line: int = 1,
         start_offset: int = 0,
         work_item: str | bytes | None = None,
+        max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES,
     ) -> None:
+        self._limit = check_max_record_bytes(max_record_bytes)
         if skip_header_lines < 0:
             raise InvalidArgumentError(f"skip_header_lines must be >= 0 not {skip_header_lines}")
         if first_line < 1:
@@ -86,11 +101,21 @@ class LineFramer(Framer):
         # chunk first would copy it.
         lines = data.split(b"\n")
         rest = lines.pop()
+        limit = self._limit
         if not lines:
+            if self._partial_len + len(data) > limit:
+                self._too_long(None, keys)
             # A list, so a long line fed in many chunks is joined once.
             self._partial.append(data)
             self._partial_len += len(data)
             return
+        # A line within the chunk can only be over the limit when the chunk is (rare).
+        if (
+            self._partial_len + len(lines[0]) > limit
+            or len(rest) > limit
+            or (len(data) > limit and max(map(len, lines)) > limit)
+        ):
+            self._frame_to_long_line(data, lines, rest, keys, values)
         self._pos += self._partial_len + len(data) - len(rest)
         if self._partial:
             self._partial.append(lines[0])
@@ -102,6 +127,39 @@ class LineFramer(Framer):
         if b"\r" in data or lines[0][-1:] == b"\r":
             lines = [line[:-1] if line[-1:] == b"\r" else line for line in lines]
         self._emit(lines, keys, values)
+
+    def _frame_to_long_line(
+        self, data: bytes, lines: list[bytes], rest: bytes, keys: list[int], values: list[bytes]
+    ) -> NoReturn:
+        """Frame the lines of ``data`` before the first one over the limit, then fail."""
+        limit = self._limit
+        cut = 0  # where the long line starts in ``data``
+        for i, line in enumerate(lines):
+            if len(line) + (self._partial_len if i == 0 else 0) > limit:
+                break
+            cut += len(line) + 1
+        else:
+            i = len(lines)  # the unterminated rest
+        if cut:
+            self._frame(data[:cut], keys, values)
+        if i == len(lines):
+            self._too_long(None, keys)
+        self._too_long(self._partial_len + len(lines[i]), keys)
+
+    def _too_long(self, length: int | None, keys: list[int]) -> NoReturn:
+        """Fail at the line that starts at :attr:`position`: ``length`` is its length when
+        its end was seen (the reader can then skip just that line), else ``None``."""
+        line, at = self._line, self._pos
+        if length is not None:
+            after = at + length + 1
+            self._skip_to = (after, line + 1)
+        self._partial = []
+        self._partial_len = 0
+        message = too_long_message(f"line {line} at {at}", length, self._limit)
+        self._fail(
+            ResourceExhaustedError(message, work_item=self.work_item, record=line, offset=at),
+            keys,
+        )
 
     def _emit(self, lines: list[bytes], keys: list[int], values: list[bytes]) -> None:
         first = self._line

@@ -35,10 +35,20 @@ from typing import Final
 
 import numpy as np
 
-from .._errors import DataLossError, InvalidArgumentError
+from .._errors import DataLossError, InvalidArgumentError, ResourceExhaustedError
 from .._io.crc import crc32c, crc32c_bytes
-from ._framer import Framer
-from .compression import DEFAULT_MAX_OUTPUT, TFRecordCompressionType, parse_compression_type
+from ._framer import (
+    DEFAULT_MAX_RECORD_BYTES,
+    Framer,
+    check_max_record_bytes,
+    too_long_message,
+)
+from .compression import (
+    DEFAULT_MAX_OUTPUT,
+    TFRecordCompressionType,
+    compression_hint,
+    parse_compression_type,
+)
 
 __all__ = ["HEADER_SIZE", "FOOTER_SIZE", "TFRecordFramer", "frame_record"]
 
@@ -82,20 +92,38 @@ class TFRecordFramer(Framer):
 
     Args:
         verify_crc: Check both checksums of every record (TensorFlow always does).
-        compression_type: ``None``/``""``, ``"ZLIB"`` or ``"GZIP"`` (or a
-            :class:`TFRecordCompressionType`); unknown strings mean no compression, as in
-            TensorFlow's reader.
+        compression_type: ``None``/``""``, ``"ZLIB"`` or ``"GZIP"`` in any case (or a
+            :class:`TFRecordCompressionType`).
         start_offset: Stream offset of the first record. Uncompressed input must start
             there; compressed input is fed from the start of the file and the framer
             discards the first ``start_offset`` decompressed bytes.
         work_item: The file, named in errors.
         max_output: The most decompressed bytes one ``decode`` call frames.
+        max_record_bytes: The longest payload accepted. A header declaring more fails at
+            once with :class:`~asyncreader.ResourceExhaustedError`, before anything of the
+            record is buffered or inflated (its extent is known, so :attr:`skip_to` lets a
+            reader skip just that record).
+        stream_size: The size of an uncompressed stream, when known (a local file's size):
+            a header declaring a record that would end beyond it fails at once with
+            :class:`~asyncreader.DataLossError` (``truncated record at <offset>``) instead
+            of buffering the rest of the file first. Ignored for compressed streams. May
+            also be set later, as the attribute of the same name.
 
     Raises:
-        InvalidArgumentError: if ``start_offset`` is negative.
+        InvalidArgumentError: if ``start_offset`` is negative, ``compression_type`` is
+            unknown or ``max_record_bytes`` is below 1.
     """
 
-    __slots__ = ("_known", "_last_hdr", "_parts", "_pos", "_tail_len", "_verify")
+    __slots__ = (
+        "_known",
+        "_last_hdr",
+        "_limit",
+        "_parts",
+        "_pos",
+        "_tail_len",
+        "_verify",
+        "stream_size",
+    )
 
     def __init__(
         self,
@@ -105,11 +133,17 @@ class TFRecordFramer(Framer):
         start_offset: int = 0,
         work_item: str | bytes | None = None,
         max_output: int = DEFAULT_MAX_OUTPUT,
+        max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES,
+        stream_size: int | None = None,
     ) -> None:
         if start_offset < 0:
             raise InvalidArgumentError(f"start_offset must be >= 0, not {start_offset}")
+        # The largest length accepted without a check beyond one comparison per new header.
+        self._limit = min(check_max_record_bytes(max_record_bytes), _MAX_LENGTH - 1)
+        #: The uncompressed stream's size when known, bounding declared lengths.
+        self.stream_size = stream_size
         super().__init__(
-            compression=parse_compression_type(compression_type, strict=False),
+            compression=parse_compression_type(compression_type),
             skip=start_offset,
             work_item=work_item,
             max_output=max_output,
@@ -205,11 +239,12 @@ class TFRecordFramer(Framer):
         crc = crc32c_bytes
         last_len, last_crc = self._last_hdr
         known = self._known
+        limit = self._limit
         starts: list[int] = []
         ends: list[int] = []
         add_start = starts.append
         add_end = ends.append
-        error: DataLossError | None = None
+        error: DataLossError | ResourceExhaustedError | None = None
         run = 0
         # Literals and locals below: this loop runs once per record.
         last_header = n - 12
@@ -220,13 +255,14 @@ class TFRecordFramer(Framer):
                 if verify and known.get(hcrc) != length:
                     c = crc(buf[p : p + 8])
                     if (((c >> 15) | (c << 17)) + _DELTA) & _U32 != hcrc:
-                        error = self._error_at(base + p, f"corrupted record at {base + p}")
+                        error = self._header_error(buf, p, base)
                         break
                     if len(known) >= _KNOWN_HEADERS:
                         known.clear()
                     known[hcrc] = length
-                if length >= _MAX_LENGTH:
-                    error = self._error_at(base + p, "record size too large")
+                if length > limit:
+                    # Before buffering or inflating any of it.
+                    error = self._length_error(base + p, length)
                     break
                 last_len, last_crc = length, hcrc
                 self._last_hdr = (length, hcrc)
@@ -235,6 +271,11 @@ class TFRecordFramer(Framer):
                 run += 1
             stop = p + 12 + length
             if stop > last_stop:
+                # Incomplete in this chunk (once per chunk): the rest is buffered, unless
+                # the file is known to end before the record does.
+                size = self.stream_size
+                if size is not None and base + stop + 4 > size and self._decomp is None:
+                    error = self._truncated_error(base + p, length)
                 break
             if run >= _RUN_BEFORE_BLOCK and length:
                 run = 0
@@ -310,6 +351,43 @@ class TFRecordFramer(Framer):
         )
         bad = np.flatnonzero(masked != footers)
         return int(bad[0]) if bad.size else -1
+
+    def _length_error(self, at: int, length: int) -> DataLossError | ResourceExhaustedError:
+        """The error for a header at ``at`` declaring more than ``max_record_bytes``."""
+        if length >= _MAX_LENGTH:
+            return self._error_at(at, "record size too large")
+        size = self.stream_size
+        if size is not None and at + _OVERHEAD + length > size and self._decomp is None:
+            return self._truncated_error(at, length)
+        # The header vouches for the length: the next record starts after this one.
+        after = at + _OVERHEAD + length
+        self._skip_to = (after, after)
+        return ResourceExhaustedError(
+            too_long_message(f"record at {at}", length, self._limit),
+            work_item=self.work_item,
+            record=at,
+            offset=at,
+        )
+
+    def _truncated_error(self, at: int, length: int) -> DataLossError:
+        """The error for a header at ``at`` whose record would end beyond the file."""
+        assert self.stream_size is not None
+        left = max(self.stream_size - at - HEADER_SIZE, 0)
+        return self._error_at(
+            at,
+            f"truncated record at {at}: its header declares {length} bytes of payload "
+            f"but the file has {left} bytes after the header",
+        )
+
+    def _header_error(self, buf: bytes, p: int, base: int) -> DataLossError:
+        """The error for a header whose checksum fails at ``buf[p]``."""
+        message = f"corrupted record at {base + p}"
+        if base + p == 0 and self._decomp is None:
+            # The first header of an uncompressed stream: the file may be compressed.
+            message += compression_hint(
+                buf[p : p + 2], TFRecordCompressionType.NONE, "compression_type"
+            )
+        return self._error_at(base + p, message)
 
     def _error_at(self, record: int, message: str, delta: int = 0) -> DataLossError:
         return DataLossError(

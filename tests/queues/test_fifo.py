@@ -169,20 +169,21 @@ async def test_nowait_dequeue_up_to_after_close_returns_remainder() -> None:
 
 async def test_nowait_refuses_to_overtake_waiters() -> None:
     q = ar.FIFOQueue(1)
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(q.dequeue)
-        await anyio.wait_all_tasks_blocked()
-        await q.enqueue(1)  # woken dequeuer has not run yet
-        with pytest.raises(anyio.WouldBlock):
-            q.dequeue_nowait()
-    assert q.size() == 0
-    await q.enqueue(1)
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(q.enqueue, 2)
-        await anyio.wait_all_tasks_blocked()
-        assert q.dequeue_nowait() == 1
-        with pytest.raises(anyio.WouldBlock):
-            q.enqueue_nowait(3)
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(q.dequeue)
+            await anyio.wait_all_tasks_blocked()
+            await q.enqueue(1)  # woken dequeuer has not run yet
+            with pytest.raises(anyio.WouldBlock):
+                q.dequeue_nowait()
+        assert q.size() == 0
+        await q.enqueue(1)
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(q.enqueue, 2)
+            await anyio.wait_all_tasks_blocked()
+            assert q.dequeue_nowait() == 1
+            with pytest.raises(anyio.WouldBlock):
+                q.enqueue_nowait(3)
     assert q.dequeue_nowait() == 2
 
 
@@ -203,14 +204,16 @@ async def test_statistics_and_repr() -> None:
     )
     with pytest.raises(AttributeError):
         stats.size = 5  # type: ignore[misc]
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(q.enqueue_many, [4, 5])
-        await anyio.wait_all_tasks_blocked()
-        assert q.statistics().tasks_waiting_enqueue == 1
-        assert repr(q) == (
-            "<FIFOQueue 'stats' size=3 capacity=3 closed=False waiting_enqueue=1 waiting_dequeue=0>"
-        )
-        await q.dequeue_many(3)
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(q.enqueue_many, [4, 5])
+            await anyio.wait_all_tasks_blocked()
+            assert q.statistics().tasks_waiting_enqueue == 1
+            assert repr(q) == (
+                "<FIFOQueue 'stats' size=3 capacity=3 closed=False "
+                "waiting_enqueue=1 waiting_dequeue=0>"
+            )
+            await q.dequeue_many(3)
     assert "capacity=unbounded" in repr(ar.FIFOQueue(None))
 
 
@@ -225,11 +228,12 @@ async def test_dequeue_blocks_until_enqueue() -> None:
     async def consumer() -> None:
         got.append(await q.dequeue())
 
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(consumer)
-        await anyio.wait_all_tasks_blocked()
-        assert q.statistics().tasks_waiting_dequeue == 1
-        await q.enqueue("x")
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(consumer)
+            await anyio.wait_all_tasks_blocked()
+            assert q.statistics().tasks_waiting_dequeue == 1
+            await q.enqueue("x")
     assert got == ["x"]
 
 
@@ -243,28 +247,30 @@ async def test_enqueue_blocks_while_full() -> None:
         await q.enqueue(2)
         done.set()
 
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(producer)
-        await anyio.wait_all_tasks_blocked()
-        assert not done.is_set()
-        assert await q.dequeue() == 1
-        await anyio.wait_all_tasks_blocked()
-        assert done.is_set()
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(producer)
+            await anyio.wait_all_tasks_blocked()
+            assert not done.is_set()
+            assert await q.dequeue() == 1
+            await anyio.wait_all_tasks_blocked()
+            assert done.is_set()
     assert await q.dequeue() == 2
 
 
 async def test_capacity_zero_blocks_every_enqueue_until_close() -> None:
     q = ar.FIFOQueue(0)
-    async with anyio.create_task_group() as tg:
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tg:
 
-        async def producer() -> None:
-            with pytest.raises(ar.QueueClosedError, match="Enqueue operation was cancelled"):
-                await q.enqueue(1)
+            async def producer() -> None:
+                with pytest.raises(ar.QueueClosedError, match="Enqueue operation was cancelled"):
+                    await q.enqueue(1)
 
-        tg.start_soon(producer)
-        await anyio.wait_all_tasks_blocked()
-        assert q.statistics().tasks_waiting_enqueue == 1
-        await q.close(cancel_pending_enqueues=True)
+            tg.start_soon(producer)
+            await anyio.wait_all_tasks_blocked()
+            assert q.statistics().tasks_waiting_enqueue == 1
+            await q.close(cancel_pending_enqueues=True)
 
 
 async def test_blocked_dequeuers_served_in_arrival_order() -> None:
@@ -274,43 +280,47 @@ async def test_blocked_dequeuers_served_in_arrival_order() -> None:
     async def consumer(i: int) -> None:
         order.append((i, await q.dequeue()))
 
-    async with anyio.create_task_group() as tg:
-        for i in range(5):
-            tg.start_soon(consumer, i)
-            await anyio.wait_all_tasks_blocked()
-        await q.enqueue_many(["a", "b", "c", "d", "e"])
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tg:
+            for i in range(5):
+                tg.start_soon(consumer, i)
+                await anyio.wait_all_tasks_blocked()
+            await q.enqueue_many(["a", "b", "c", "d", "e"])
     assert order == [(0, "a"), (1, "b"), (2, "c"), (3, "d"), (4, "e")]
 
 
 async def test_blocked_enqueuers_served_in_arrival_order() -> None:
     q = ar.FIFOQueue(1)
     await q.enqueue(0)
-    async with anyio.create_task_group() as tg:
-        for i in range(1, 5):
-            tg.start_soon(q.enqueue, i)
-            await anyio.wait_all_tasks_blocked()
-        got = [await q.dequeue() for _ in range(5)]
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tg:
+            for i in range(1, 5):
+                tg.start_soon(q.enqueue, i)
+                await anyio.wait_all_tasks_blocked()
+            got = [await q.dequeue() for _ in range(5)]
     assert got == [0, 1, 2, 3, 4]
 
 
 async def test_enqueue_many_is_progressive_and_blocks_later_enqueues() -> None:
     q = ar.FIFOQueue(2)
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(q.enqueue_many, [1, 2, 3, 4, 5])
-        await anyio.wait_all_tasks_blocked()
-        assert q.size() == 2  # partial batch visible at once
-        tg.start_soon(q.enqueue, "late")
-        await anyio.wait_all_tasks_blocked()
-        assert q.statistics().tasks_waiting_enqueue == 2
-        got = [await q.dequeue() for _ in range(6)]
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(q.enqueue_many, [1, 2, 3, 4, 5])
+            await anyio.wait_all_tasks_blocked()
+            assert q.size() == 2  # partial batch visible at once
+            tg.start_soon(q.enqueue, "late")
+            await anyio.wait_all_tasks_blocked()
+            assert q.statistics().tasks_waiting_enqueue == 2
+            got = [await q.dequeue() for _ in range(6)]
     assert got == [1, 2, 3, 4, 5, "late"]
 
 
 async def test_enqueue_many_larger_than_capacity() -> None:
     q = ar.FIFOQueue(3)
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(q.enqueue_many, list(range(10)))
-        got = await q.dequeue_many(10)
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(q.enqueue_many, list(range(10)))
+            got = await q.dequeue_many(10)
     assert got == list(range(10))
 
 
@@ -324,32 +334,34 @@ async def test_dequeue_many_is_progressive_and_blocks_later_dequeues() -> None:
     async def single() -> None:
         results["single"] = await q.dequeue()
 
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(many)
-        await anyio.wait_all_tasks_blocked()
-        tg.start_soon(single)
-        await anyio.wait_all_tasks_blocked()
-        await q.enqueue_many([1, 2])
-        await anyio.wait_all_tasks_blocked()
-        assert q.size() == 0  # taken and held by the batch
-        assert results == {}
-        await q.enqueue_many([3, 4])
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(many)
+            await anyio.wait_all_tasks_blocked()
+            tg.start_soon(single)
+            await anyio.wait_all_tasks_blocked()
+            await q.enqueue_many([1, 2])
+            await anyio.wait_all_tasks_blocked()
+            assert q.size() == 0  # taken and held by the batch
+            assert results == {}
+            await q.enqueue_many([3, 4])
     assert results == {"many": [1, 2, 3], "single": 4}
 
 
 async def test_dequeue_up_to_waits_for_full_batch_while_open() -> None:
     q = ar.FIFOQueue(10)
     await q.enqueue_many([1, 2])
-    async with anyio.create_task_group() as tg:
-        result: list[object] = []
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tg:
+            result: list[object] = []
 
-        async def up_to() -> None:
-            result.extend(await q.dequeue_up_to(3))
+            async def up_to() -> None:
+                result.extend(await q.dequeue_up_to(3))
 
-        tg.start_soon(up_to)
-        await anyio.wait_all_tasks_blocked()
-        assert result == []
-        await q.enqueue(3)
+            tg.start_soon(up_to)
+            await anyio.wait_all_tasks_blocked()
+            assert result == []
+            await q.enqueue(3)
     assert result == [1, 2, 3]
 
 
@@ -408,11 +420,12 @@ async def test_close_wakes_blocked_dequeuers() -> None:
             await q.dequeue()
         errors.append(str(info.value))
 
-    async with anyio.create_task_group() as tg:
-        for _ in range(3):
-            tg.start_soon(consumer)
-        await anyio.wait_all_tasks_blocked()
-        await q.close()
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tg:
+            for _ in range(3):
+                tg.start_soon(consumer)
+            await anyio.wait_all_tasks_blocked()
+            await q.close()
     assert (
         errors
         == ["FIFOQueue 'w' is closed and has insufficient elements (requested 1, current size 0)"]
@@ -423,19 +436,20 @@ async def test_close_wakes_blocked_dequeuers() -> None:
 async def test_plain_close_waits_behind_pending_enqueues() -> None:
     q = ar.FIFOQueue(1)
     await q.enqueue(1)
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(q.enqueue_many, [2, 3])
-        await anyio.wait_all_tasks_blocked()
-        tg.start_soon(q.close)
-        await anyio.wait_all_tasks_blocked()
-        assert not q.is_closed()
-        assert q.statistics().tasks_waiting_enqueue == 2
-        assert await q.dequeue() == 1
-        assert await q.dequeue() == 2
-        assert not q.is_closed()
-        assert await q.dequeue() == 3
-        await anyio.wait_all_tasks_blocked()
-        assert q.is_closed()
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(q.enqueue_many, [2, 3])
+            await anyio.wait_all_tasks_blocked()
+            tg.start_soon(q.close)
+            await anyio.wait_all_tasks_blocked()
+            assert not q.is_closed()
+            assert q.statistics().tasks_waiting_enqueue == 2
+            assert await q.dequeue() == 1
+            assert await q.dequeue() == 2
+            assert not q.is_closed()
+            assert await q.dequeue() == 3
+            await anyio.wait_all_tasks_blocked()
+            assert q.is_closed()
     with pytest.raises(ar.OutOfRangeError):
         await q.dequeue()
 
@@ -443,19 +457,20 @@ async def test_plain_close_waits_behind_pending_enqueues() -> None:
 async def test_enqueue_after_queued_close_fails_when_close_runs() -> None:
     q = ar.FIFOQueue(1)
     await q.enqueue(1)
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(q.enqueue, 2)
-        await anyio.wait_all_tasks_blocked()
-        tg.start_soon(q.close)
-        await anyio.wait_all_tasks_blocked()
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(q.enqueue, 2)
+            await anyio.wait_all_tasks_blocked()
+            tg.start_soon(q.close)
+            await anyio.wait_all_tasks_blocked()
 
-        async def late() -> None:
-            with pytest.raises(ar.QueueClosedError, match="is closed"):
-                await q.enqueue(3)
+            async def late() -> None:
+                with pytest.raises(ar.QueueClosedError, match="is closed"):
+                    await q.enqueue(3)
 
-        tg.start_soon(late)
-        await anyio.wait_all_tasks_blocked()
-        assert await q.dequeue_many(2) == [1, 2]
+            tg.start_soon(late)
+            await anyio.wait_all_tasks_blocked()
+            assert await q.dequeue_many(2) == [1, 2]
 
 
 async def test_cancel_pending_enqueues() -> None:
@@ -468,12 +483,13 @@ async def test_cancel_pending_enqueues() -> None:
             await op()
         messages.append(str(info.value))
 
-    async with anyio.create_task_group() as tg:
-        for op in (partial(q.enqueue, 3), partial(q.enqueue_many, [4, 5]), q.close):
-            tg.start_soon(blocked, op)
-            await anyio.wait_all_tasks_blocked()
-        await q.close(cancel_pending_enqueues=True)
-        assert q.is_closed()
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tg:
+            for op in (partial(q.enqueue, 3), partial(q.enqueue_many, [4, 5]), q.close):
+                tg.start_soon(blocked, op)
+                await anyio.wait_all_tasks_blocked()
+            await q.close(cancel_pending_enqueues=True)
+            assert q.is_closed()
     assert messages == ["Enqueue operation was cancelled"] * 3
     assert await q.dequeue_many(2) == [1, 2]
     assert q.statistics().tasks_waiting_enqueue == 0
@@ -481,42 +497,44 @@ async def test_cancel_pending_enqueues() -> None:
 
 async def test_cancel_pending_enqueues_keeps_partial_enqueue_many() -> None:
     q = ar.FIFOQueue(2)
-    async with anyio.create_task_group() as tg:
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tg:
 
-        async def producer() -> None:
-            with pytest.raises(ar.QueueClosedError):
-                await q.enqueue_many([1, 2, 3, 4])
+            async def producer() -> None:
+                with pytest.raises(ar.QueueClosedError):
+                    await q.enqueue_many([1, 2, 3, 4])
 
-        tg.start_soon(producer)
-        await anyio.wait_all_tasks_blocked()
-        assert await q.dequeue() == 1
-        await anyio.wait_all_tasks_blocked()
-        await q.close(cancel_pending_enqueues=True)
+            tg.start_soon(producer)
+            await anyio.wait_all_tasks_blocked()
+            assert await q.dequeue() == 1
+            await anyio.wait_all_tasks_blocked()
+            await q.close(cancel_pending_enqueues=True)
     assert await q.dequeue_up_to(10) == [2, 3]
 
 
 async def test_dequeue_many_put_back_on_close() -> None:
     q = ar.FIFOQueue(10, name="pb")
     await q.enqueue_many([1, 2])
-    async with anyio.create_task_group() as tg:
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tg:
 
-        async def many() -> None:
-            with pytest.raises(
-                ar.OutOfRangeError,
-                match=re.escape(
-                    "FIFOQueue 'pb' is closed and has insufficient elements "
-                    "(requested 2, current size 1)"
-                ),
-            ):
-                await q.dequeue_many(5)
+            async def many() -> None:
+                with pytest.raises(
+                    ar.OutOfRangeError,
+                    match=re.escape(
+                        "FIFOQueue 'pb' is closed and has insufficient elements "
+                        "(requested 2, current size 1)"
+                    ),
+                ):
+                    await q.dequeue_many(5)
 
-        tg.start_soon(many)
-        await anyio.wait_all_tasks_blocked()
-        assert q.size() == 0
-        await q.enqueue(3)
-        await anyio.wait_all_tasks_blocked()
-        await q.enqueue(4)  # not yet taken when the queue closes
-        await q.close()
+            tg.start_soon(many)
+            await anyio.wait_all_tasks_blocked()
+            assert q.size() == 0
+            await q.enqueue(3)
+            await anyio.wait_all_tasks_blocked()
+            await q.enqueue(4)  # not yet taken when the queue closes
+            await q.close()
     # Taken elements went back to the front, in order.
     assert await q.dequeue_many(4) == [1, 2, 3, 4]
 
@@ -542,15 +560,16 @@ async def test_dequeue_up_to_returns_partial_batch_when_closed_while_waiting() -
     q = ar.FIFOQueue(10)
     await q.enqueue_many([1, 2])
     result: list[object] = []
-    async with anyio.create_task_group() as tg:
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tg:
 
-        async def up_to() -> None:
-            result.extend(await q.dequeue_up_to(5))
+            async def up_to() -> None:
+                result.extend(await q.dequeue_up_to(5))
 
-        tg.start_soon(up_to)
-        await anyio.wait_all_tasks_blocked()
-        await q.enqueue(3)
-        await q.close()
+            tg.start_soon(up_to)
+            await anyio.wait_all_tasks_blocked()
+            await q.enqueue(3)
+            await q.close()
     assert result == [1, 2, 3]
 
 
@@ -574,15 +593,16 @@ async def test_negative_batch_size(method: str, op: str) -> None:
 
 async def test_session_close_hook_cancels_pending_enqueues() -> None:
     q = ar.FIFOQueue(0)
-    async with anyio.create_task_group() as tg:
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tg:
 
-        async def producer() -> None:
-            with pytest.raises(ar.QueueClosedError):
-                await q.enqueue(1)
+            async def producer() -> None:
+                with pytest.raises(ar.QueueClosedError):
+                    await q.enqueue(1)
 
-        tg.start_soon(producer)
-        await anyio.wait_all_tasks_blocked()
-        await q._session_close()
+            tg.start_soon(producer)
+            await anyio.wait_all_tasks_blocked()
+            await q._session_close()
     assert q.is_closed()
 
 
@@ -776,28 +796,30 @@ async def test_tf_blocking_dequeue_many_from_closed_queue() -> None:
     elems = [10.0, 20.0, 30.0, 40.0]
     await q.enqueue_many((elems,))
     np.testing.assert_array_equal(await q.dequeue_many(3), elems[:3])
-    async with anyio.create_task_group() as tg:
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tg:
 
-        async def blocked() -> None:
-            with pytest.raises(ar.OutOfRangeError, match="is closed and has insufficient"):
-                await q.dequeue_many(3)
+            async def blocked() -> None:
+                with pytest.raises(ar.OutOfRangeError, match="is closed and has insufficient"):
+                    await q.dequeue_many(3)
 
-        tg.start_soon(blocked)
-        await anyio.wait_all_tasks_blocked()
-        await q.close()
+            tg.start_soon(blocked)
+            await anyio.wait_all_tasks_blocked()
+            await q.close()
     assert await q.dequeue() == 40.0
 
 
 async def test_tf_blocking_enqueue_many_before_close() -> None:
     q = ar.FIFOQueue(4, "float32")
     await q.enqueue_many(([10.0, 20.0, 30.0],))
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(q.enqueue_many, ([50.0, 60.0],))
-        await anyio.wait_all_tasks_blocked()
-        tg.start_soon(q.close)
-        await anyio.wait_all_tasks_blocked()
-        assert not q.is_closed()
-        assert await q.dequeue() == 10.0  # unblocks the enqueue, then the close
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(q.enqueue_many, ([50.0, 60.0],))
+            await anyio.wait_all_tasks_blocked()
+            tg.start_soon(q.close)
+            await anyio.wait_all_tasks_blocked()
+            assert not q.is_closed()
+            assert await q.dequeue() == 10.0  # unblocks the enqueue, then the close
     assert q.is_closed()
     assert [float(await q.dequeue()) for _ in range(4)] == [20.0, 30.0, 50.0, 60.0]
 
@@ -856,11 +878,12 @@ async def test_typed_batches_spanning_chunks_and_put_back() -> None:
     await q.enqueue_many(([[4, 4], [5, 5]], [b"4", b"5"]))
     ints, texts = await q.dequeue_many(2)  # inside the first chunk
     assert ints.tolist() == [[0, 0], [1, 1]]
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(q.dequeue_many, 10)  # takes 2..5, then waits
-        await anyio.wait_all_tasks_blocked()
-        assert q.size() == 0
-        tg.cancel_scope.cancel()  # puts 2..5 back at the front, in order
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(q.dequeue_many, 10)  # takes 2..5, then waits
+            await anyio.wait_all_tasks_blocked()
+            assert q.size() == 0
+            tg.cancel_scope.cancel()  # puts 2..5 back at the front, in order
     ints, texts = await q.dequeue_many(4)  # spans three chunks
     assert ints.tolist() == [[2, 2], [3, 3], [4, 4], [5, 5]]
     assert texts.tolist() == [b"2", b"3", b"4", b"5"]

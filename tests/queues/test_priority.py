@@ -44,15 +44,16 @@ async def test_dequeue_many_is_all_or_nothing_while_open() -> None:
     q = ar.PriorityQueue(10, ["int32"], [[]])
     await q.enqueue_many(([3, 1], [3, 1]))
     result: list[Any] = []
-    async with anyio.create_task_group() as tg:
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tg:
 
-        async def consumer() -> None:
-            result.append(await q.dequeue_many(3))
+            async def consumer() -> None:
+                result.append(await q.dequeue_many(3))
 
-        tg.start_soon(consumer)
-        await anyio.wait_all_tasks_blocked()
-        assert q.size() == 2  # nothing taken yet
-        await q.enqueue((2, 2))
+            tg.start_soon(consumer)
+            await anyio.wait_all_tasks_blocked()
+            assert q.size() == 2  # nothing taken yet
+            await q.enqueue((2, 2))
     prios, _ = result[0]
     np.testing.assert_array_equal(prios, [1, 2, 3])
 
@@ -76,15 +77,16 @@ async def test_closed_dequeue_up_to_returns_sorted_remainder() -> None:
     q = ar.PriorityQueue(10, ["int32"], [[]])
     await q.enqueue_many(([9, 4, 7], [9, 4, 7]))
     result: list[Any] = []
-    async with anyio.create_task_group() as tg:
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tg:
 
-        async def consumer() -> None:
-            result.append(await q.dequeue_up_to(5))
+            async def consumer() -> None:
+                result.append(await q.dequeue_up_to(5))
 
-        tg.start_soon(consumer)
-        await anyio.wait_all_tasks_blocked()
-        assert q.size() == 3
-        await q.close()
+            tg.start_soon(consumer)
+            await anyio.wait_all_tasks_blocked()
+            assert q.size() == 3
+            await q.close()
     prios, values = result[0]
     np.testing.assert_array_equal(prios, [4, 7, 9])
     np.testing.assert_array_equal(values, [4, 7, 9])

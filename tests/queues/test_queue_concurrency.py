@@ -215,20 +215,21 @@ async def _one_run(seed: int, kind: Kind, *, producers: int, consumers: int, cha
     run = Run(rng, kind.build(rng, capacity), kind)
     stop = anyio.Event()
     cancel_close = chaos and rng.random() < 0.3
-    async with anyio.create_task_group() as tg:
-        if chaos:
-            tg.start_soon(_chaos, run, stop)
-        for _ in range(consumers):
-            tg.start_soon(_consumer, run, chaos)
-        async with anyio.create_task_group() as producing:
-            for pid in range(producers):
-                producing.start_soon(_producer, run, pid, rng.randint(3, 12), chaos)
-            if cancel_close:
-                await _random_points(rng, 30)
-                await run.queue.close(cancel_pending_enqueues=True)
-        if not cancel_close:
-            await run.queue.close()
-        stop.set()
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tg:
+            if chaos:
+                tg.start_soon(_chaos, run, stop)
+            for _ in range(consumers):
+                tg.start_soon(_consumer, run, chaos)
+            async with anyio.create_task_group() as producing:
+                for pid in range(producers):
+                    producing.start_soon(_producer, run, pid, rng.randint(3, 12), chaos)
+                if cancel_close:
+                    await _random_points(rng, 30)
+                    await run.queue.close(cancel_pending_enqueues=True)
+            if not cancel_close:
+                await run.queue.close()
+            stop.set()
     await _drain(run)
     stats = run.queue.statistics()
     assert stats.tasks_waiting_enqueue == 0
@@ -279,14 +280,15 @@ async def test_random_cancellation_stress(kind: Kind) -> None:
 async def test_cancelled_dequeue_many_puts_back_at_front_in_order() -> None:
     q = ar.FIFOQueue(10)
     await q.enqueue_many([1, 2, 3])
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(q.dequeue_many, 5)
-        await anyio.wait_all_tasks_blocked()
-        assert q.size() == 0
-        await q.enqueue(4)
-        await anyio.wait_all_tasks_blocked()
-        assert q.size() == 0  # 1..4 held by the waiting batch
-        tg.cancel_scope.cancel()
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(q.dequeue_many, 5)
+            await anyio.wait_all_tasks_blocked()
+            assert q.size() == 0
+            await q.enqueue(4)
+            await anyio.wait_all_tasks_blocked()
+            assert q.size() == 0  # 1..4 held by the waiting batch
+            tg.cancel_scope.cancel()
     assert q.statistics().tasks_waiting_dequeue == 0
     assert q.statistics().total_dequeued == 0
     await q.enqueue(5)
@@ -296,11 +298,12 @@ async def test_cancelled_dequeue_many_puts_back_at_front_in_order() -> None:
 async def test_cancelled_dequeue_up_to_puts_back() -> None:
     q = ar.FIFOQueue(10)
     await q.enqueue_many(["a", "b"])
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(q.dequeue_up_to, 3)
-        await anyio.wait_all_tasks_blocked()
-        assert q.size() == 0
-        tg.cancel_scope.cancel()
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(q.dequeue_up_to, 3)
+            await anyio.wait_all_tasks_blocked()
+            assert q.size() == 0
+            tg.cancel_scope.cancel()
     assert q.dequeue_many_nowait(2) == ["a", "b"]
 
 
@@ -314,15 +317,16 @@ async def test_dequeuer_woken_then_cancelled_loses_nothing() -> None:
         with scope, contextlib.suppress(ar.OutOfRangeError):
             got.append(await q.dequeue())
 
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(consumer, first)
-        await anyio.wait_all_tasks_blocked()
-        tg.start_soon(consumer, anyio.CancelScope())
-        await anyio.wait_all_tasks_blocked()
-        q.enqueue_nowait("x")  # wakes the first consumer ...
-        first.cancel()  # ... whose cancellation arrives before it runs
-        await anyio.wait_all_tasks_blocked()
-        await q.close()
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(consumer, first)
+            await anyio.wait_all_tasks_blocked()
+            tg.start_soon(consumer, anyio.CancelScope())
+            await anyio.wait_all_tasks_blocked()
+            q.enqueue_nowait("x")  # wakes the first consumer ...
+            first.cancel()  # ... whose cancellation arrives before it runs
+            await anyio.wait_all_tasks_blocked()
+            await q.close()
     # Either the first consumer completed or it withdrew and the second got it.
     assert got == ["x"]
     assert q.size() == 0
@@ -340,30 +344,32 @@ async def test_enqueuer_woken_then_cancelled_inserts_at_most_once() -> None:
             await q.enqueue("cancelled")
             outcome.append("completed")
 
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(producer)
-        await anyio.wait_all_tasks_blocked()
-        tg.start_soon(q.enqueue, "next")
-        await anyio.wait_all_tasks_blocked()
-        assert q.dequeue_nowait() == "old"  # wakes the first producer ...
-        scope.cancel()  # ... whose cancellation arrives before it runs
-        await anyio.wait_all_tasks_blocked()
-        rest = [q.dequeue_nowait()]
-        await anyio.wait_all_tasks_blocked()
-        if q.size():
-            rest.append(q.dequeue_nowait())
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(producer)
+            await anyio.wait_all_tasks_blocked()
+            tg.start_soon(q.enqueue, "next")
+            await anyio.wait_all_tasks_blocked()
+            assert q.dequeue_nowait() == "old"  # wakes the first producer ...
+            scope.cancel()  # ... whose cancellation arrives before it runs
+            await anyio.wait_all_tasks_blocked()
+            rest = [q.dequeue_nowait()]
+            await anyio.wait_all_tasks_blocked()
+            if q.size():
+                rest.append(q.dequeue_nowait())
     assert rest == (["cancelled", "next"] if outcome else ["next"])
     assert q.size() == 0
 
 
 async def test_cancelled_enqueue_many_keeps_inserted_prefix() -> None:
     q = ar.FIFOQueue(2)
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(q.enqueue_many, [1, 2, 3, 4, 5])
-        await anyio.wait_all_tasks_blocked()
-        assert q.dequeue_nowait() == 1
-        await anyio.wait_all_tasks_blocked()  # 3 inserted
-        tg.cancel_scope.cancel()
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(q.enqueue_many, [1, 2, 3, 4, 5])
+            await anyio.wait_all_tasks_blocked()
+            assert q.dequeue_nowait() == 1
+            await anyio.wait_all_tasks_blocked()  # 3 inserted
+            tg.cancel_scope.cancel()
     assert q.statistics().tasks_waiting_enqueue == 0
     assert q.dequeue_many_nowait(2) == [2, 3]
     assert q.size() == 0
@@ -372,20 +378,21 @@ async def test_cancelled_enqueue_many_keeps_inserted_prefix() -> None:
 async def test_cancelled_plain_close_does_not_close() -> None:
     q = ar.FIFOQueue(1)
     await q.enqueue(1)
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(q.enqueue, 2)
-        await anyio.wait_all_tasks_blocked()
-        scope = anyio.CancelScope()
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(q.enqueue, 2)
+            await anyio.wait_all_tasks_blocked()
+            scope = anyio.CancelScope()
 
-        async def closer() -> None:
-            with scope:
-                await q.close()
+            async def closer() -> None:
+                with scope:
+                    await q.close()
 
-        tg.start_soon(closer)
-        await anyio.wait_all_tasks_blocked()
-        scope.cancel()
-        await anyio.wait_all_tasks_blocked()
-        assert q.dequeue_nowait() == 1
+            tg.start_soon(closer)
+            await anyio.wait_all_tasks_blocked()
+            scope.cancel()
+            await anyio.wait_all_tasks_blocked()
+            assert q.dequeue_nowait() == 1
     assert not q.is_closed()
     assert q.dequeue_nowait() == 2
 

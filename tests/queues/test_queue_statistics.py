@@ -78,23 +78,28 @@ async def test_statistics_and_repr_show_blocked_tasks_on_each_side(
 ) -> None:
     build, element = kind
     q = build(1)
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(q.dequeue)
-        tg.start_soon(q.dequeue)
-        await anyio.wait_all_tasks_blocked()
-        stats = q.statistics()
-        assert (stats.tasks_waiting_enqueue, stats.tasks_waiting_dequeue) == (0, 2)
-        assert "waiting_enqueue=0 waiting_dequeue=2" in repr(q)
-        await q.enqueue(element(0))
-        await q.enqueue(element(1))
-    async with anyio.create_task_group() as tg:
-        await q.enqueue(element(2))
-        tg.start_soon(q.enqueue, element(3))
-        await anyio.wait_all_tasks_blocked()
-        stats = q.statistics()
-        assert (stats.size, stats.tasks_waiting_enqueue, stats.tasks_waiting_dequeue) == (1, 1, 0)
-        await q.dequeue()
-        await q.dequeue()
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(q.dequeue)
+            tg.start_soon(q.dequeue)
+            await anyio.wait_all_tasks_blocked()
+            stats = q.statistics()
+            assert (stats.tasks_waiting_enqueue, stats.tasks_waiting_dequeue) == (0, 2)
+            assert "waiting_enqueue=0 waiting_dequeue=2" in repr(q)
+            await q.enqueue(element(0))
+            await q.enqueue(element(1))
+        async with anyio.create_task_group() as tg:
+            await q.enqueue(element(2))
+            tg.start_soon(q.enqueue, element(3))
+            await anyio.wait_all_tasks_blocked()
+            stats = q.statistics()
+            assert (stats.size, stats.tasks_waiting_enqueue, stats.tasks_waiting_dequeue) == (
+                1,
+                1,
+                0,
+            )
+            await q.dequeue()
+            await q.dequeue()
     stats = q.statistics()
     assert (stats.total_enqueued, stats.total_dequeued, stats.peak_size) == (4, 4, 1)
 
@@ -112,12 +117,13 @@ async def test_peak_counts_elements_put_back_after_a_refill() -> None:
         with scope:
             await q.dequeue_many(3)
 
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(take)
-        await anyio.wait_all_tasks_blocked()
-        assert q.size() == 0
-        scope.cancel()
-        await q.enqueue_many([3, 4])  # fits at once: no scheduling point before it lands
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(take)
+            await anyio.wait_all_tasks_blocked()
+            assert q.size() == 0
+            scope.cancel()
+            await q.enqueue_many([3, 4])  # fits at once: no scheduling point before it lands
     assert scope.cancelled_caught
     stats = q.statistics()
     assert stats.size == 4

@@ -49,15 +49,16 @@ async def test_dequeue_respects_min_after_dequeue_while_open() -> None:
     with pytest.raises(anyio.WouldBlock):
         q.dequeue_nowait()
     got: list[object] = []
-    async with anyio.create_task_group() as tg:
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tg:
 
-        async def consumer() -> None:
-            got.append(await q.dequeue())
+            async def consumer() -> None:
+                got.append(await q.dequeue())
 
-        tg.start_soon(consumer)
-        await anyio.wait_all_tasks_blocked()
-        assert got == []
-        await q.enqueue(4)
+            tg.start_soon(consumer)
+            await anyio.wait_all_tasks_blocked()
+            assert got == []
+            await q.enqueue(4)
     assert q.size() == 2
     await q.close()
     rest = [await q.dequeue(), await q.dequeue()]
@@ -84,15 +85,16 @@ async def test_close_wakes_dequeuer_held_by_min_after_dequeue() -> None:
     q = ar.RandomShuffleQueue(10, 3)
     await q.enqueue_many([1, 2])
     got: list[object] = []
-    async with anyio.create_task_group() as tg:
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tg:
 
-        async def consumer() -> None:
-            got.append(await q.dequeue_many(2))
+            async def consumer() -> None:
+                got.append(await q.dequeue_many(2))
 
-        tg.start_soon(consumer)
-        await anyio.wait_all_tasks_blocked()
-        assert got == []
-        await q.close()
+            tg.start_soon(consumer)
+            await anyio.wait_all_tasks_blocked()
+            assert got == []
+            await q.close()
     assert sorted(got[0]) == [1, 2]  # type: ignore[call-overload]
 
 
@@ -100,15 +102,16 @@ async def test_dequeue_many_is_progressive_above_min_after_dequeue() -> None:
     q = ar.RandomShuffleQueue(10, 1, seed=5)
     await q.enqueue_many([1, 2, 3])
     result: list[int] = []
-    async with anyio.create_task_group() as tg:
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tg:
 
-        async def consumer() -> None:
-            result.extend(await q.dequeue_many(4))
+            async def consumer() -> None:
+                result.extend(await q.dequeue_many(4))
 
-        tg.start_soon(consumer)
-        await anyio.wait_all_tasks_blocked()
-        assert q.size() == 1  # two taken and held, one kept back
-        await q.enqueue_many([4, 5])
+            tg.start_soon(consumer)
+            await anyio.wait_all_tasks_blocked()
+            assert q.size() == 1  # two taken and held, one kept back
+            await q.enqueue_many([4, 5])
     assert q.size() == 1
     assert len(result) == 4
     assert len(set(result)) == 4
@@ -118,22 +121,23 @@ async def test_dequeue_many_is_progressive_above_min_after_dequeue() -> None:
 async def test_closed_dequeue_many_insufficient_puts_back() -> None:
     q = ar.RandomShuffleQueue(10, 0, name="s")
     await q.enqueue_many([1, 2])
-    async with anyio.create_task_group() as tg:
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tg:
 
-        async def consumer() -> None:
-            with pytest.raises(
-                ar.OutOfRangeError,
-                match=re.escape(
-                    "RandomShuffleQueue 's' is closed and has insufficient elements "
-                    "(requested 1, current size 0)"
-                ),
-            ):
-                await q.dequeue_many(3)
+            async def consumer() -> None:
+                with pytest.raises(
+                    ar.OutOfRangeError,
+                    match=re.escape(
+                        "RandomShuffleQueue 's' is closed and has insufficient elements "
+                        "(requested 1, current size 0)"
+                    ),
+                ):
+                    await q.dequeue_many(3)
 
-        tg.start_soon(consumer)
-        await anyio.wait_all_tasks_blocked()
-        assert q.size() == 0
-        await q.close()
+            tg.start_soon(consumer)
+            await anyio.wait_all_tasks_blocked()
+            assert q.size() == 0
+            await q.close()
     assert sorted(await q.dequeue_up_to(5)) == [1, 2]
 
 
@@ -212,10 +216,11 @@ async def test_closed_enqueue_message() -> None:
 async def test_statistics_count_put_back_elements_once() -> None:
     q = ar.RandomShuffleQueue(10, 0)
     await q.enqueue_many([1, 2])
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(q.dequeue_many, 3)
-        await anyio.wait_all_tasks_blocked()
-        tg.cancel_scope.cancel()
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(q.dequeue_many, 3)
+            await anyio.wait_all_tasks_blocked()
+            tg.cancel_scope.cancel()
     stats = q.statistics()
     assert (stats.size, stats.total_enqueued, stats.total_dequeued) == (2, 2, 0)
     np.testing.assert_array_equal(sorted(await q.dequeue_many(2)), [1, 2])

@@ -124,7 +124,15 @@ async def test_fixed_length_reader_compressed_and_unknown_encoding(tmp_path: Pat
     async with ar.FixedLengthRecordReader(20, encoding="GZIP") as reader:
         got = await _all(reader, await work_queue([str(z)]))
     assert [v for _, v in got] == [data[i : i + 20] for i in range(0, 600, 20)]
-    async with ar.FixedLengthRecordReader(20, encoding="snappy-ish") as reader:
+    # Unlike TensorFlow, an unknown encoding is refused instead of read as uncompressed.
+    with pytest.raises(ar.InvalidArgumentError, match=r"encoding must be .* not 'snappy-ish'"):
+        ar.FixedLengthRecordReader(20, encoding="snappy-ish")
+    # Any case, as TFRecordWriter takes compression types.
+    async with ar.FixedLengthRecordReader(20, encoding="gzip") as reader:
+        assert reader.encoding == "GZIP"
+        got = await _all(reader, await work_queue([str(z)]))
+    assert len(got) == 30
+    async with ar.FixedLengthRecordReader(20, encoding="") as reader:
         got = await _all(reader, await work_queue([str(plain)]))
     assert len(got) == 30
 
@@ -238,7 +246,9 @@ async def test_tfrecord_truncated_and_broken_compressed_stream(
     async with ar.TFRecordReader() as reader:
         q = await work_queue([str(trunc)])
         assert (await reader.read(q))[1] == b"a" * 50
-        with pytest.raises(ar.DataLossError, match=r"truncated record at 66 \(work item '.*trunc"):
+        with pytest.raises(
+            ar.DataLossError, match=r"^truncated record at 66\b.*\(work item '.*trunc"
+        ):
             await reader.read(q)
     async with ar.TFRecordReader("ZLIB") as reader:
         q = await work_queue([str(broken)])

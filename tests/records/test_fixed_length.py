@@ -142,8 +142,11 @@ def test_compressed_encodings(encoding: str) -> None:
     assert feed(framer, packed, [3])[1] == reference(DATA, 4, 5, 3, 2)
 
 
-def test_unknown_encoding_means_uncompressed() -> None:
-    assert feed(FixedLengthFramer(8, encoding="BROTLI"), DATA, [])[1] == reference(DATA, 8)
+def test_unknown_encoding_is_refused() -> None:
+    with pytest.raises(ar.InvalidArgumentError, match=r"encoding must be .* not 'BROTLI'"):
+        FixedLengthFramer(8, encoding="BROTLI")
+    packed = zlib.compress(DATA)
+    assert feed(FixedLengthFramer(8, encoding="zlib"), packed, [])[1] == reference(DATA, 8)
 
 
 def test_resume_from_position() -> None:

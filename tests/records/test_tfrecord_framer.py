@@ -196,6 +196,9 @@ def test_huge_valid_length_is_truncated_at_finish() -> None:
     length = struct.pack("<Q", 2**40)
     data = length + struct.pack("<I", masked_crc32c(length)) + b"\x00" * 8
     with pytest.raises(ar.DataLossError, match=r"^truncated record at 0( |$)"):
+        feed(TFRecordFramer(max_record_bytes=2**41), data, [])
+    # Over the default max_record_bytes: refused as soon as the header is read.
+    with pytest.raises(ar.ResourceExhaustedError, match=r"^record at 0 is 1099511627776 bytes"):
         feed(TFRecordFramer(), data, [])
 
 
@@ -274,9 +277,11 @@ def test_empty_compressed_file_is_empty() -> None:
     assert feed(TFRecordFramer(compression_type="GZIP"), b"", []) == ([], [])
 
 
-def test_unknown_compression_string_means_none() -> None:
-    data = encode([b"abc"])
-    assert feed(TFRecordFramer(compression_type="SNAPPY?"), data, []) == ([0], [b"abc"])
+def test_unknown_compression_string_is_refused() -> None:
+    with pytest.raises(ar.InvalidArgumentError, match=r"compression_type must be .* 'SNAPPY'"):
+        TFRecordFramer(compression_type="SNAPPY")
+    data = gzip.compress(encode([b"abc"]))
+    assert feed(TFRecordFramer(compression_type="gzip"), data, []) == ([0], [b"abc"])
 
 
 def test_negative_start_offset_is_rejected() -> None:

@@ -22,6 +22,9 @@ import numpy as np
 
 import asyncreader as ar
 
+#: Turns a hang into a failure; generous so that a slow machine never trips it.
+HANG_GUARD = 30.0
+
 
 @dataclass
 class Config:
@@ -62,55 +65,58 @@ async def run(
     reader uses plain batching.
     """
     out = Outcome() if out is None else out
-    async with ar.Session(restore=restore, deterministic=cfg.deterministic) as sess:
-        files = ar.string_input_producer(
-            cfg.paths, num_epochs=cfg.epochs, shuffle=True, seed=7, capacity=3
-        )
-        readers = [ar.TFRecordReader(compression_type=cfg.compression) for _ in range(cfg.threads)]
-        rng = sess.track_rng("augment", np.random.default_rng(5))
+    with anyio.fail_after(HANG_GUARD):
+        async with ar.Session(restore=restore, deterministic=cfg.deterministic) as sess:
+            files = ar.string_input_producer(
+                cfg.paths, num_epochs=cfg.epochs, shuffle=True, seed=7, capacity=3
+            )
+            readers = [
+                ar.TFRecordReader(compression_type=cfg.compression) for _ in range(cfg.threads)
+            ]
+            rng = sess.track_rng("augment", np.random.default_rng(5))
 
-        def ids_of(values: Any) -> np.ndarray[Any, Any]:
-            return np.frombuffer(b"".join(v[:8] for v in values), dtype="<i8")
+            def ids_of(values: Any) -> np.ndarray[Any, Any]:
+                return np.frombuffer(b"".join(v[:8] for v in values), dtype="<i8")
 
-        def source(reader: ar.TFRecordReader) -> Any:
-            async def records() -> tuple[list[bytes], list[bytes]]:
-                return await reader.read_up_to(files, cfg.chunk)
+            def source(reader: ar.TFRecordReader) -> Any:
+                async def records() -> tuple[list[bytes], list[bytes]]:
+                    return await reader.read_up_to(files, cfg.chunk)
 
-            async def example() -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
-                _, values = await reader.read_up_to(files, cfg.chunk)
-                ids = np.frombuffer(b"".join(v[:8] for v in values), dtype="<i8")
-                return ids, rng.random(len(ids))
+                async def example() -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
+                    _, values = await reader.read_up_to(files, cfg.chunk)
+                    ids = np.frombuffer(b"".join(v[:8] for v in values), dtype="<i8")
+                    return ids, rng.random(len(ids))
 
-            return records if cfg.records else example
+                return records if cfg.records else example
 
-        sources = [source(r) for r in readers]
-        common: dict[str, Any] = {"enqueue_many": True, "allow_smaller_final_batch": True}
-        if cfg.records:
-            common["record_refs"] = readers[0]
-        batches: Any
-        if cfg.shuffle:
-            common.update(capacity=48, min_after_dequeue=20, seed=3)
-            if len(sources) == 1:
-                batches = ar.shuffle_batch(sources[0], cfg.batch_size, **common)
+            sources = [source(r) for r in readers]
+            common: dict[str, Any] = {"enqueue_many": True, "allow_smaller_final_batch": True}
+            if cfg.records:
+                common["record_refs"] = readers[0]
+            batches: Any
+            if cfg.shuffle:
+                common.update(capacity=48, min_after_dequeue=20, seed=3)
+                if len(sources) == 1:
+                    batches = ar.shuffle_batch(sources[0], cfg.batch_size, **common)
+                else:
+                    batches = ar.shuffle_batch_join(sources, cfg.batch_size, **common)
+            elif len(sources) == 1:
+                batches = ar.batch(sources[0], cfg.batch_size, capacity=40, **common)
             else:
-                batches = ar.shuffle_batch_join(sources, cfg.batch_size, **common)
-        elif len(sources) == 1:
-            batches = ar.batch(sources[0], cfg.batch_size, capacity=40, **common)
-        else:
-            batches = ar.batch_join(sources, cfg.batch_size, capacity=40, **common)
-        async for ids, noise in batches:
-            if cfg.records:  # (keys, values): parse and augment the batch
-                ids = ids_of(noise)
-                noise = rng.random(len(ids))
-            out.ids.append(ids.tolist())
-            out.noise.append(noise.tolist())
-            if backend_yield:
-                await anyio.lowlevel.checkpoint()
-            if checkpoint_every and saved is not None and len(out.ids) % checkpoint_every == 0:
-                saved.append((len(out.ids), await sess.checkpoint()))
-            if take is not None and len(out.ids) == take:
-                out.checkpoint = await sess.checkpoint()
-                break
+                batches = ar.batch_join(sources, cfg.batch_size, capacity=40, **common)
+            async for ids, noise in batches:
+                if cfg.records:  # (keys, values): parse and augment the batch
+                    ids = ids_of(noise)
+                    noise = rng.random(len(ids))
+                out.ids.append(ids.tolist())
+                out.noise.append(noise.tolist())
+                if backend_yield:
+                    await anyio.lowlevel.checkpoint()
+                if checkpoint_every and saved is not None and len(out.ids) % checkpoint_every == 0:
+                    saved.append((len(out.ids), await sess.checkpoint()))
+                if take is not None and len(out.ids) == take:
+                    out.checkpoint = await sess.checkpoint()
+                    break
     return out
 
 

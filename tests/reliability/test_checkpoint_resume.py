@@ -131,24 +131,25 @@ def test_resume_in_a_new_process(dataset: Dataset, tmp_path: Path, records: bool
 @pytest.mark.anyio
 async def test_checkpoint_does_not_disturb_the_running_stream(dataset: Dataset) -> None:
     cfg = Config(dataset.paths)
-    reference = await run(cfg)
-    ids: list[list[int]] = []
-    async with ar.Session(deterministic=True) as sess:
-        files = ar.string_input_producer(dataset.paths, num_epochs=2, seed=7, capacity=3)
-        reader = ar.TFRecordReader()
-        rng = sess.track_rng("augment", np.random.default_rng(5))
+    with anyio.fail_after(10):
+        reference = await run(cfg)
+        ids: list[list[int]] = []
+        async with ar.Session(deterministic=True) as sess:
+            files = ar.string_input_producer(dataset.paths, num_epochs=2, seed=7, capacity=3)
+            reader = ar.TFRecordReader()
+            rng = sess.track_rng("augment", np.random.default_rng(5))
 
-        async def example() -> tuple[Any, Any]:
-            _, values = await reader.read_up_to(files, cfg.chunk)
-            got = np.frombuffer(b"".join(v[:8] for v in values), dtype="<i8")
-            return got, rng.random(len(got))
+            async def example() -> tuple[Any, Any]:
+                _, values = await reader.read_up_to(files, cfg.chunk)
+                got = np.frombuffer(b"".join(v[:8] for v in values), dtype="<i8")
+                return got, rng.random(len(got))
 
-        batches = ar.shuffle_batch(
-            example, 16, 48, 20, seed=3, enqueue_many=True, allow_smaller_final_batch=True
-        )
-        async for batch, _ in batches:
-            ids.append(batch.tolist())
-            await sess.checkpoint()  # after every batch
+            batches = ar.shuffle_batch(
+                example, 16, 48, 20, seed=3, enqueue_many=True, allow_smaller_final_batch=True
+            )
+            async for batch, _ in batches:
+                ids.append(batch.tolist())
+                await sess.checkpoint()  # after every batch
     assert ids == reference.ids
 
 
@@ -183,12 +184,13 @@ async def test_user_queues_and_runners_resume(dataset: Dataset) -> None:
                     break
         return got, state
 
-    everything, _ = await pipeline(None, None)
-    assert len(everything) == 160
-    for take in (1, 37, 100, 159):
-        first, state = await pipeline(None, take)
-        rest, _ = await pipeline(state, None)
-        assert Counter(first + rest) == Counter(everything), f"take={take}"
+    with anyio.fail_after(10):
+        everything, _ = await pipeline(None, None)
+        assert len(everything) == 160
+        for take in (1, 37, 100, 159):
+            first, state = await pipeline(None, take)
+            rest, _ = await pipeline(state, None)
+            assert Counter(first + rest) == Counter(everything), f"take={take}"
 
 
 @pytest.mark.anyio
@@ -208,26 +210,27 @@ async def test_untyped_queue_contents_round_trip() -> None:
 
 @pytest.mark.anyio
 async def test_pending_enqueue_and_close_are_restored_in_order() -> None:
-    async with ar.Session() as sess:
-        queue = ar.FIFOQueue(2, dtypes=["int64"], shapes=[[]])
-        await queue.enqueue_many(np.arange(2))
+    with anyio.fail_after(10):
+        async with ar.Session() as sess:
+            queue = ar.FIFOQueue(2, dtypes=["int64"], shapes=[[]])
+            await queue.enqueue_many(np.arange(2))
 
-        async def fill() -> None:
-            await queue.enqueue_many(np.arange(2, 6))
+            async def fill() -> None:
+                await queue.enqueue_many(np.arange(2, 6))
 
-        sess.start_soon(fill)
-        await anyio.wait_all_tasks_blocked()
-        sess.start_soon(queue.close)  # a plain close waits behind the enqueue
-        await anyio.wait_all_tasks_blocked()
-        state = await sess.checkpoint()
-    async with ar.Session(restore=state):
-        queue = ar.FIFOQueue(2, dtypes=["int64"], shapes=[[]])
-        assert queue.size() == 2
-        got = [int(await queue.dequeue()) for _ in range(6)]
-        assert got == [0, 1, 2, 3, 4, 5]
-        assert queue.is_closed()
-        with pytest.raises(ar.OutOfRangeError):
-            await queue.dequeue()
+            sess.start_soon(fill)
+            await anyio.wait_all_tasks_blocked()
+            sess.start_soon(queue.close)  # a plain close waits behind the enqueue
+            await anyio.wait_all_tasks_blocked()
+            state = await sess.checkpoint()
+        async with ar.Session(restore=state):
+            queue = ar.FIFOQueue(2, dtypes=["int64"], shapes=[[]])
+            assert queue.size() == 2
+            got = [int(await queue.dequeue()) for _ in range(6)]
+            assert got == [0, 1, 2, 3, 4, 5]
+            assert queue.is_closed()
+            with pytest.raises(ar.OutOfRangeError):
+                await queue.dequeue()
 
 
 @pytest.mark.anyio
@@ -269,18 +272,19 @@ async def test_track_state_saves_and_restores_user_values() -> None:
 async def test_bad_checkpoints_are_rejected_clearly() -> None:
     with pytest.raises(ar.InvalidArgumentError, match="bad magic"):
         ar.Session(restore=b"not a checkpoint")
-    async with ar.Session() as sess:
-        queue = ar.FIFOQueue(4, dtypes=["int64"], shapes=[[]])
-        await queue.enqueue(1)
-        state = await sess.checkpoint()
-    damaged = bytearray(state)
-    damaged[-1] ^= 0xFF
-    with pytest.raises(ar.InvalidArgumentError, match="checksum"):
-        ar.Session(restore=bytes(damaged))
-    async with ar.Session(restore=state):
-        with pytest.raises(ar.InvalidArgumentError, match="does not fit") as info:
-            ar.FIFOQueue(4, dtypes=["float32"], shapes=[[]])
-        assert "queue/0" in "".join(getattr(info.value, "__notes__", []))
+    with anyio.fail_after(10):
+        async with ar.Session() as sess:
+            queue = ar.FIFOQueue(4, dtypes=["int64"], shapes=[[]])
+            await queue.enqueue(1)
+            state = await sess.checkpoint()
+        damaged = bytearray(state)
+        damaged[-1] ^= 0xFF
+        with pytest.raises(ar.InvalidArgumentError, match="checksum"):
+            ar.Session(restore=bytes(damaged))
+        async with ar.Session(restore=state):
+            with pytest.raises(ar.InvalidArgumentError, match="does not fit") as info:
+                ar.FIFOQueue(4, dtypes=["float32"], shapes=[[]])
+            assert "queue/0" in "".join(getattr(info.value, "__notes__", []))
 
 
 @pytest.mark.anyio
@@ -294,35 +298,37 @@ async def test_unsavable_elements_name_the_problem() -> None:
 
 @pytest.mark.anyio
 async def test_a_busy_stage_times_out_with_its_name() -> None:
-    async with ar.Session() as sess:
-        queue = ar.FIFOQueue(4)
+    with anyio.fail_after(10):
+        async with ar.Session() as sess:
+            queue = ar.FIFOQueue(4)
 
-        async def slow_op() -> None:
-            await anyio.sleep(30)  # busy outside any queue operation
-            await queue.enqueue(1)
+            async def slow_op() -> None:
+                await anyio.sleep(30)  # busy outside any queue operation
+                await queue.enqueue(1)
 
-        ar.QueueRunner(queue, [slow_op]).start()
-        await anyio.wait_all_tasks_blocked()
-        with pytest.raises(TimeoutError, match="QueueRunner"):
-            await sess.checkpoint(timeout=0.05)
-        sess.coord.request_stop()
+            ar.QueueRunner(queue, [slow_op]).start()
+            await anyio.wait_all_tasks_blocked()
+            with pytest.raises(TimeoutError, match="QueueRunner"):
+                await sess.checkpoint(timeout=0.05)
+            sess.coord.request_stop()
 
 
 @pytest.mark.anyio
 async def test_deterministic_mode_refuses_timing_dependent_pipelines(dataset: Dataset) -> None:
-    async with ar.Session(deterministic=True):
-        with pytest.raises(ar.InvalidArgumentError, match="seed"):
-            ar.string_input_producer(dataset.paths, shuffle=True)
+    with anyio.fail_after(10):
+        async with ar.Session(deterministic=True):
+            with pytest.raises(ar.InvalidArgumentError, match="seed"):
+                ar.string_input_producer(dataset.paths, shuffle=True)
 
-        async def example() -> Any:
-            return np.zeros(2)
+            async def example() -> Any:
+                return np.zeros(2)
 
-        with pytest.raises(ar.InvalidArgumentError, match="num_threads=1"):
-            ar.batch(example, 4, num_threads=2)
-        with pytest.raises(ar.InvalidArgumentError, match="seed"):
-            ar.shuffle_batch(example, 4, 40, 10)
-        with pytest.raises(ar.InvalidArgumentError, match="capacity >= min_after_dequeue"):
-            ar.shuffle_batch(example, 8, 12, 10, seed=1)
+            with pytest.raises(ar.InvalidArgumentError, match="num_threads=1"):
+                ar.batch(example, 4, num_threads=2)
+            with pytest.raises(ar.InvalidArgumentError, match="seed"):
+                ar.shuffle_batch(example, 4, 40, 10)
+            with pytest.raises(ar.InvalidArgumentError, match="capacity >= min_after_dequeue"):
+                ar.shuffle_batch(example, 8, 12, 10, seed=1)
 
 
 async def _cancel_then_resume(cfg: Config, seed: int, expected: Counter[int]) -> None:

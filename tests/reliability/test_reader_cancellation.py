@@ -1,7 +1,9 @@
 """A reader's verbs cancelled part-way must not lose records they already took.
 
-These cover ``ReaderBase`` (asyncreader/_readers/base.py). The two marked xfail
-reproduce known losses, described in each test; remove the mark once fixed.
+These cover ``ReaderBase`` (asyncreader/_readers/base.py) and a chunked reader: each test
+cancels a read part-way (while a reader hook waits, or between the refills of one
+``read_up_to``) and checks that every record is delivered exactly once, and that a state
+saved afterwards resumes after exactly the records delivered.
 """
 
 from __future__ import annotations
@@ -71,11 +73,14 @@ async def _cancel_while_hook_waits(reader: _Gated, call: Awaitable[Any]) -> list
     async def run() -> None:
         returned.append(await call)
 
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(run)
-        await reader.entered.wait()
-        tg.cancel_scope.cancel()
-        reader.gate.set()
+    with anyio.fail_after(5):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(run)
+            try:
+                await reader.entered.wait()
+                tg.cancel_scope.cancel()
+            finally:
+                reader.gate.set()  # a failed wait must not leave the hook's thread blocked
     return returned
 
 
@@ -164,28 +169,29 @@ async def test_chunked_reader_cancelled_across_refills_loses_nothing_and_resumes
             writer.write(payload)
     queue = await _work(str(path))
     got: list[bytes] = []
-    async with ar.TFRecordReader() as reader:
-        got += (await reader.read_up_to(queue, 10))[1]
-        real_fill = reader._fill
-        calls = 0
-        with anyio.CancelScope() as scope:
+    with anyio.fail_after(10):
+        async with ar.TFRecordReader() as reader:
+            got += (await reader.read_up_to(queue, 10))[1]
+            real_fill = reader._fill
+            calls = 0
+            with anyio.CancelScope() as scope:
 
-            def fill() -> Any:
-                # Cancel from inside the call's thread hops, after a few refills.
-                nonlocal calls
-                calls += 1
-                if calls == cancel_after:
-                    anyio.from_thread.run_sync(scope.cancel)
-                return real_fill()
+                def fill() -> Any:
+                    # Cancel from inside the call's thread hops, after a few refills.
+                    nonlocal calls
+                    calls += 1
+                    if calls == cancel_after:
+                        anyio.from_thread.run_sync(scope.cancel)
+                    return real_fill()
 
-            reader._fill = fill  # type: ignore[method-assign]
-            got += (await reader.read_up_to(queue, 100))[1]
-        assert scope.cancelled_caught
-        reader._fill = real_fill  # type: ignore[method-assign]
-        assert reader.num_records_produced() == len(got)
-        got += (await reader.read_up_to(queue, 3))[1]
-        state = reader.serialize_state()
-    async with ar.TFRecordReader() as fresh:
-        fresh.restore_state(state)
-        got += await _drain(fresh, await _work())
+                reader._fill = fill  # type: ignore[method-assign]
+                got += (await reader.read_up_to(queue, 100))[1]
+            assert scope.cancelled_caught
+            reader._fill = real_fill  # type: ignore[method-assign]
+            assert reader.num_records_produced() == len(got)
+            got += (await reader.read_up_to(queue, 3))[1]
+            state = reader.serialize_state()
+        async with ar.TFRecordReader() as fresh:
+            fresh.restore_state(state)
+            got += await _drain(fresh, await _work())
     assert got == payloads

@@ -204,33 +204,34 @@ async def test_pending_enqueues_and_close_wait_behind_the_reread(tmp_path: Path)
     def build(reader: ar.FixedLengthRecordReader) -> ar.FIFOQueue:
         return ar.FIFOQueue(2, dtypes=[object, object], shapes=[[], []], record_refs=reader)
 
-    async with ar.Session(checkpoint_key=KEY) as sess:
-        reader = ar.FixedLengthRecordReader(8)
-        queue = build(reader)
-        files = ar.FIFOQueue(None)
-        await files.enqueue(str(path))
-        keys, values = await reader.read_up_to(files, 8)
-        await queue.enqueue_many((keys[:2], values[:2]))
+    with anyio.fail_after(10):
+        async with ar.Session(checkpoint_key=KEY) as sess:
+            reader = ar.FixedLengthRecordReader(8)
+            queue = build(reader)
+            files = ar.FIFOQueue(None)
+            await files.enqueue(str(path))
+            keys, values = await reader.read_up_to(files, 8)
+            await queue.enqueue_many((keys[:2], values[:2]))
 
-        async def fill() -> None:
-            await queue.enqueue_many((keys[2:], values[2:]))
+            async def fill() -> None:
+                await queue.enqueue_many((keys[2:], values[2:]))
 
-        sess.start_soon(fill)
-        await anyio.wait_all_tasks_blocked()
-        sess.start_soon(queue.close)  # a plain close waits behind the enqueue
-        await anyio.wait_all_tasks_blocked()
-        state = await sess.checkpoint()
-    assert b"0000005|" not in state  # the blocked enqueue's records are references too
-    async with ar.Session(restore=state, checkpoint_key=KEY):
-        queue = build(ar.FixedLengthRecordReader(8))
-        assert not queue.is_closed()  # the close waits behind the restored records
-        with anyio.fail_after(10):
-            got = [await queue.dequeue() for _ in range(8)]
-            assert [v for _, v in got] == [b"%07d|" % i for i in range(8)]
-            assert [k for k, _ in got] == [b"%s:%d" % (str(path).encode(), i) for i in range(8)]
-            assert queue.is_closed()
-            with pytest.raises(ar.OutOfRangeError):
-                await queue.dequeue()
+            sess.start_soon(fill)
+            await anyio.wait_all_tasks_blocked()
+            sess.start_soon(queue.close)  # a plain close waits behind the enqueue
+            await anyio.wait_all_tasks_blocked()
+            state = await sess.checkpoint()
+        assert b"0000005|" not in state  # the blocked enqueue's records are references too
+        async with ar.Session(restore=state, checkpoint_key=KEY):
+            queue = build(ar.FixedLengthRecordReader(8))
+            assert not queue.is_closed()  # the close waits behind the restored records
+            with anyio.fail_after(10):
+                got = [await queue.dequeue() for _ in range(8)]
+                assert [v for _, v in got] == [b"%07d|" % i for i in range(8)]
+                assert [k for k, _ in got] == [b"%s:%d" % (str(path).encode(), i) for i in range(8)]
+                assert queue.is_closed()
+                with pytest.raises(ar.OutOfRangeError):
+                    await queue.dequeue()
 
 
 async def _checkpoint_of_queued_records(
@@ -338,23 +339,24 @@ async def test_malformed_references_fail_the_restore(tmp_path: Path) -> None:
 
 
 async def test_elements_that_are_not_reader_records_are_named_at_checkpoint() -> None:
-    async with ar.Session() as sess:
-        queue = ar.FIFOQueue(None, record_refs=ar.TFRecordReader())
-        await queue.enqueue((b"a.tfrecord:0", b"ok"))
-        await queue.enqueue((b"a.tfrecord", b"no record key"))
-        with pytest.raises(ar.InvalidArgumentError, match="not a record key") as info:
-            await sess.checkpoint()
-        assert "element 1" in "".join(info.value.__notes__)
-    async with ar.Session() as sess:
-        queue = ar.FIFOQueue(None, record_refs=ar.TFRecordReader())
-        await queue.enqueue((b"a.tfrecord:0", np.float32(1)))
-        with pytest.raises(ar.InvalidArgumentError, match="not the bytes a reader returned"):
-            await sess.checkpoint()
-    async with ar.Session() as sess:
-        queue = ar.FIFOQueue(None, record_refs=ar.TFRecordReader())
-        await queue.enqueue(b"a bare value")
-        with pytest.raises(ar.InvalidArgumentError, match="has no components 0 and 1"):
-            await sess.checkpoint()
+    with anyio.fail_after(10):
+        async with ar.Session() as sess:
+            queue = ar.FIFOQueue(None, record_refs=ar.TFRecordReader())
+            await queue.enqueue((b"a.tfrecord:0", b"ok"))
+            await queue.enqueue((b"a.tfrecord", b"no record key"))
+            with pytest.raises(ar.InvalidArgumentError, match="not a record key") as info:
+                await sess.checkpoint()
+            assert "element 1" in "".join(info.value.__notes__)
+        async with ar.Session() as sess:
+            queue = ar.FIFOQueue(None, record_refs=ar.TFRecordReader())
+            await queue.enqueue((b"a.tfrecord:0", np.float32(1)))
+            with pytest.raises(ar.InvalidArgumentError, match="not the bytes a reader returned"):
+                await sess.checkpoint()
+        async with ar.Session() as sess:
+            queue = ar.FIFOQueue(None, record_refs=ar.TFRecordReader())
+            await queue.enqueue(b"a bare value")
+            with pytest.raises(ar.InvalidArgumentError, match="has no components 0 and 1"):
+                await sess.checkpoint()
 
 
 async def test_record_refs_arguments_are_checked() -> None:

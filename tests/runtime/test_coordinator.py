@@ -28,12 +28,13 @@ async def test_leaving_the_block_waits_for_tasks_without_a_stop() -> None:
         await gate.wait()
         done.append(i)
 
-    async with ar.Coordinator() as coord:
-        for i in range(3):
-            coord.start_soon(worker, i)
-        await anyio.wait_all_tasks_blocked()
-        assert coord.statistics().tasks_running == 3
-        gate.set()
+    with anyio.fail_after(10):
+        async with ar.Coordinator() as coord:
+            for i in range(3):
+                coord.start_soon(worker, i)
+            await anyio.wait_all_tasks_blocked()
+            assert coord.statistics().tasks_running == 3
+            gate.set()
     assert sorted(done) == [0, 1, 2]
     assert coord.joined
     assert not coord.should_stop()
@@ -48,12 +49,13 @@ async def test_coordinator_is_current_in_the_block_and_its_tasks() -> None:
         seen.append(context.current_coordinator())
 
     assert context.current_coordinator() is None
-    async with ar.Coordinator() as coord:
-        assert context.current_coordinator() is coord
-        coord.start_soon(look)
-        async with ar.Coordinator() as inner:
-            assert context.current_coordinator() is inner
-        assert context.current_coordinator() is coord
+    with anyio.fail_after(10):
+        async with ar.Coordinator() as coord:
+            assert context.current_coordinator() is coord
+            coord.start_soon(look)
+            async with ar.Coordinator() as inner:
+                assert context.current_coordinator() is inner
+            assert context.current_coordinator() is coord
     assert seen == [coord]
     assert context.current_coordinator() is None
 
@@ -61,16 +63,17 @@ async def test_coordinator_is_current_in_the_block_and_its_tasks() -> None:
 @pytest.mark.both_backends
 async def test_stop_request_cancels_blocked_tasks_but_not_the_body() -> None:
     log: list[str] = []
-    async with ar.Coordinator() as coord:
-        coord.start_soon(_forever, log)
-        await anyio.wait_all_tasks_blocked()
-        coord.request_stop()
-        await anyio.wait_all_tasks_blocked()
-        assert log == ["task ended"]
-        assert coord.should_stop()
-        # A clean stop leaves the body running: it may still await.
-        await anyio.lowlevel.checkpoint()
-        log.append("body finished")
+    with anyio.fail_after(10):
+        async with ar.Coordinator() as coord:
+            coord.start_soon(_forever, log)
+            await anyio.wait_all_tasks_blocked()
+            coord.request_stop()
+            await anyio.wait_all_tasks_blocked()
+            assert log == ["task ended"]
+            assert coord.should_stop()
+            # A clean stop leaves the body running: it may still await.
+            await anyio.lowlevel.checkpoint()
+            log.append("body finished")
     assert log == ["task ended", "body finished"]
 
 
@@ -83,14 +86,15 @@ async def test_task_error_is_reraised_as_itself_and_cancels_the_body() -> None:
         await anyio.lowlevel.checkpoint()
         raise boom
 
-    with pytest.raises(KeyError) as info:  # noqa: PT012
-        async with ar.Coordinator() as coord:
-            coord.start_soon(_forever, log)
-            coord.start_soon(fail)
-            try:
-                await anyio.sleep_forever()
-            finally:
-                log.append("body cancelled")
+    with anyio.fail_after(10):
+        with pytest.raises(KeyError) as info:  # noqa: PT012
+            async with ar.Coordinator() as coord:
+                coord.start_soon(_forever, log)
+                coord.start_soon(fail)
+                try:
+                    await anyio.sleep_forever()
+                finally:
+                    log.append("body cancelled")
     assert info.value is boom
     assert sorted(log) == ["body cancelled", "task ended"]
     assert coord.should_stop()
@@ -106,9 +110,10 @@ async def test_task_error_keeps_cause_and_context() -> None:
             except LookupError:
                 raise ValueError("outer") from exc
 
-    with pytest.raises(ValueError, match="outer") as info:
-        async with ar.Coordinator() as coord:
-            coord.start_soon(fail)
+    with anyio.fail_after(10):
+        with pytest.raises(ValueError, match="outer") as info:
+            async with ar.Coordinator() as coord:
+                coord.start_soon(fail)
     assert isinstance(info.value.__cause__, OSError)
     assert isinstance(info.value.__context__, LookupError)
     assert not isinstance(info.value, BaseExceptionGroup)
@@ -123,19 +128,21 @@ async def test_first_error_wins() -> None:
         finally:
             raise second
 
-    with pytest.raises(RuntimeError, match="first"):  # noqa: PT012
-        async with ar.Coordinator() as coord:
-            coord.start_soon(fail_later)
-            await anyio.wait_all_tasks_blocked()
-            coord.request_stop(first)
+    with anyio.fail_after(10):
+        with pytest.raises(RuntimeError, match="first"):  # noqa: PT012
+            async with ar.Coordinator() as coord:
+                coord.start_soon(fail_later)
+                await anyio.wait_all_tasks_blocked()
+                coord.request_stop(first)
     coord.request_stop(ar.OutOfRangeError("late clean stop is ignored"))
 
 
 async def test_plain_stop_then_error_keeps_no_error() -> None:
     # As in TensorFlow: only the first stop request can record an error.
-    async with ar.Coordinator() as coord:
-        coord.request_stop()
-        coord.request_stop(RuntimeError("ignored"))
+    with anyio.fail_after(10):
+        async with ar.Coordinator() as coord:
+            coord.request_stop()
+            coord.request_stop(RuntimeError("ignored"))
     coord.raise_requested_exception()
 
 
@@ -148,9 +155,10 @@ async def test_clean_stop_types_stop_without_an_error(exc_type: type[Exception])
         await anyio.lowlevel.checkpoint()
         raise exc_type("end of input")
 
-    async with ar.Coordinator() as coord:
-        coord.start_soon(_forever, log)
-        coord.start_soon(end)
+    with anyio.fail_after(10):
+        async with ar.Coordinator() as coord:
+            coord.start_soon(_forever, log)
+            coord.start_soon(end)
     assert coord.should_stop()
     assert log == ["task ended"]
     assert coord.statistics().exception is None
@@ -160,9 +168,10 @@ async def test_custom_clean_stop_types_follow_tensorflow() -> None:
     async def enqueue_into_closed() -> None:
         raise ar.QueueClosedError("Queue 'q' is closed.")
 
-    with pytest.raises(ar.QueueClosedError, match="is closed"):
-        async with ar.Coordinator(clean_stop_exception_types=(ar.OutOfRangeError,)) as coord:
-            coord.start_soon(enqueue_into_closed)
+    with anyio.fail_after(10):
+        with pytest.raises(ar.QueueClosedError, match="is closed"):
+            async with ar.Coordinator(clean_stop_exception_types=(ar.OutOfRangeError,)) as coord:
+                coord.start_soon(enqueue_into_closed)
 
 
 async def test_invalid_arguments() -> None:
@@ -175,40 +184,44 @@ async def test_invalid_arguments() -> None:
 @pytest.mark.both_backends
 async def test_body_error_stops_tasks_and_propagates() -> None:
     log: list[str] = []
-    with pytest.raises(ZeroDivisionError):  # noqa: PT012
-        async with ar.Coordinator() as coord:
-            coord.start_soon(_forever, log)
-            await anyio.wait_all_tasks_blocked()
-            _ = 1 / 0
+    with anyio.fail_after(10):
+        with pytest.raises(ZeroDivisionError):  # noqa: PT012
+            async with ar.Coordinator() as coord:
+                coord.start_soon(_forever, log)
+                await anyio.wait_all_tasks_blocked()
+                _ = 1 / 0
     assert log == ["task ended"]
     assert isinstance(coord.statistics().exception, ZeroDivisionError)
 
 
 async def test_body_clean_exception_propagates_as_itself() -> None:
     err = ar.OutOfRangeError("FIFOQueue 'q' is closed and has insufficient elements")
-    with pytest.raises(ar.OutOfRangeError) as info:
-        async with ar.Coordinator():
-            raise err
+    with anyio.fail_after(10):
+        with pytest.raises(ar.OutOfRangeError) as info:
+            async with ar.Coordinator():
+                raise err
     assert info.value is err
 
 
 async def test_recorded_error_wins_over_the_body_error_it_caused() -> None:
     cause = ar.DataLossError("corrupted record at 12", work_item="a.tfrecord")
-    with pytest.raises(ar.DataLossError):  # noqa: PT012
-        async with ar.Coordinator() as coord:
-            coord.request_stop(cause)
-            # The body reacts to the failure with an error of its own.
-            raise ar.OutOfRangeError("queue closed")
+    with anyio.fail_after(10):
+        with pytest.raises(ar.DataLossError):  # noqa: PT012
+            async with ar.Coordinator() as coord:
+                coord.request_stop(cause)
+                # The body reacts to the failure with an error of its own.
+                raise ar.OutOfRangeError("queue closed")
 
 
 @pytest.mark.both_backends
 async def test_keyboard_interrupt_from_the_body_comes_first() -> None:
     log: list[str] = []
-    with pytest.raises(KeyboardInterrupt):  # noqa: PT012
-        async with ar.Coordinator() as coord:
-            coord.start_soon(_forever, log)
-            await anyio.wait_all_tasks_blocked()
-            raise KeyboardInterrupt
+    with anyio.fail_after(10):
+        with pytest.raises(KeyboardInterrupt):  # noqa: PT012
+            async with ar.Coordinator() as coord:
+                coord.start_soon(_forever, log)
+                await anyio.wait_all_tasks_blocked()
+                raise KeyboardInterrupt
     assert log == ["task ended"]
 
 
@@ -221,23 +234,25 @@ async def test_system_exit_from_a_task_wins_over_a_recorded_error() -> None:
     async def fail() -> None:
         raise RuntimeError("recorded")
 
-    with pytest.raises(SystemExit):  # noqa: PT012
-        async with ar.Coordinator() as coord:
-            coord.start_soon(fail)
-            coord.start_soon(leave)
-            await anyio.sleep_forever()
+    with anyio.fail_after(10):
+        with pytest.raises(SystemExit):  # noqa: PT012
+            async with ar.Coordinator() as coord:
+                coord.start_soon(fail)
+                coord.start_soon(leave)
+                await anyio.sleep_forever()
 
 
 @pytest.mark.both_backends
 async def test_outer_cancellation_is_not_swallowed() -> None:
     log: list[str] = []
-    with anyio.CancelScope() as outer:
-        async with ar.Coordinator() as coord:
-            coord.start_soon(_forever, log)
-            await anyio.wait_all_tasks_blocked()
-            outer.cancel()
-            await anyio.sleep_forever()
-        pytest.fail("the cancellation was swallowed")  # pragma: no cover
+    with anyio.fail_after(10):
+        with anyio.CancelScope() as outer:
+            async with ar.Coordinator() as coord:
+                coord.start_soon(_forever, log)
+                await anyio.wait_all_tasks_blocked()
+                outer.cancel()
+                await anyio.sleep_forever()
+            pytest.fail("the cancellation was swallowed")  # pragma: no cover
     assert outer.cancelled_caught
     assert log == ["task ended"]
     assert coord.should_stop()
@@ -250,25 +265,27 @@ async def test_recorded_error_wins_over_outer_cancellation() -> None:
         except anyio.get_cancelled_exc_class():
             raise RuntimeError("cleanup failed") from None
 
-    with anyio.CancelScope() as outer, pytest.raises(RuntimeError, match="cleanup failed"):  # noqa: PT012
-        async with ar.Coordinator() as coord:
-            coord.start_soon(fail_on_cancel)
-            await anyio.wait_all_tasks_blocked()
-            outer.cancel()
-            await anyio.sleep_forever()
+    with anyio.fail_after(10):
+        with anyio.CancelScope() as outer, pytest.raises(RuntimeError, match="cleanup failed"):  # noqa: PT012
+            async with ar.Coordinator() as coord:
+                coord.start_soon(fail_on_cancel)
+                await anyio.wait_all_tasks_blocked()
+                outer.cancel()
+                await anyio.sleep_forever()
 
 
 @pytest.mark.both_backends
 async def test_wait_for_stop() -> None:
-    async with ar.Coordinator() as coord:
-        assert await coord.wait_for_stop(timeout=0) is False
+    with anyio.fail_after(10):
+        async with ar.Coordinator() as coord:
+            assert await coord.wait_for_stop(timeout=0) is False
 
-        async def stopper() -> None:
-            coord.request_stop()
+            async def stopper() -> None:
+                coord.request_stop()
 
-        coord.start_soon(stopper)
-        assert await coord.wait_for_stop() is True
-        assert await coord.wait_for_stop(timeout=0) is True
+            coord.start_soon(stopper)
+            assert await coord.wait_for_stop() is True
+            assert await coord.wait_for_stop(timeout=0) is True
 
 
 async def test_stop_on_exception_reports_and_suppresses() -> None:
@@ -288,11 +305,12 @@ async def test_stop_on_exception_reports_and_suppresses() -> None:
 
 
 async def test_stop_on_exception_lets_cancellation_through() -> None:
-    with anyio.CancelScope() as scope:
-        async with ar.Coordinator() as coord:
-            with coord.stop_on_exception():
-                scope.cancel()
-                await anyio.lowlevel.checkpoint()
+    with anyio.fail_after(10):
+        with anyio.CancelScope() as scope:
+            async with ar.Coordinator() as coord:
+                with coord.stop_on_exception():
+                    scope.cancel()
+                    await anyio.lowlevel.checkpoint()
     assert scope.cancelled_caught
 
 
@@ -313,14 +331,16 @@ async def test_clear_stop_and_reuse() -> None:
         await anyio.lowlevel.checkpoint()
         ran.append(1)
 
-    async with coord:
-        coord.start_soon(work)
+    with anyio.fail_after(10):
+        async with coord:
+            coord.start_soon(work)
     assert ran == [1]
 
 
 async def test_request_stop_after_join_raises_real_errors() -> None:
-    async with ar.Coordinator() as coord:
-        pass
+    with anyio.fail_after(10):
+        async with ar.Coordinator() as coord:
+            pass
     err = RuntimeError("too late")
     with pytest.raises(RuntimeError, match="too late"):
         coord.request_stop(err)
@@ -345,43 +365,47 @@ async def test_start_soon_outside_the_block() -> None:
     coord = ar.Coordinator()
     with pytest.raises(ar.FailedPreconditionError, match="Coordinator is not running"):
         coord.start_soon(anyio.sleep, 0)
-    async with coord:
-        pass
+    with anyio.fail_after(10):
+        async with coord:
+            pass
     with pytest.raises(ar.FailedPreconditionError, match="Coordinator is not running"):
         coord.start_soon(anyio.sleep, 0)
 
 
 async def test_entering_twice_at_once_fails() -> None:
-    async with ar.Coordinator() as coord:
-        with pytest.raises(ar.FailedPreconditionError, match="already running"):
-            await coord.__aenter__()
+    with anyio.fail_after(10):
+        async with ar.Coordinator() as coord:
+            with pytest.raises(ar.FailedPreconditionError, match="already running"):
+                await coord.__aenter__()
 
 
 async def test_task_started_after_a_stop_is_cancelled() -> None:
     log: list[str] = []
-    async with ar.Coordinator() as coord:
-        coord.request_stop()
-        coord.start_soon(_forever, log, "late")
+    with anyio.fail_after(10):
+        async with ar.Coordinator() as coord:
+            coord.request_stop()
+            coord.start_soon(_forever, log, "late")
     assert log == ["late ended"]
 
 
 async def test_statistics_and_repr_name_running_tasks() -> None:
     log: list[str] = []
-    with pytest.raises(RuntimeError, match="stalled"):  # noqa: PT012
-        async with ar.Coordinator() as coord:
-            coord.start_soon(_forever, log, name="reader-stage")
-            coord.start_soon(_forever, log)
-            await anyio.wait_all_tasks_blocked()
-            stats = coord.statistics()
-            assert stats.tasks_running == 2
-            assert stats.task_names == ("reader-stage", "_forever")
-            assert not stats.stop_requested
-            assert "reader-stage" in repr(coord)
-            assert repr(coord).startswith("<Coordinator running")
-            with pytest.raises(AttributeError):
-                stats.tasks_running = 3  # type: ignore[misc]
-            coord.request_stop(RuntimeError("stalled"))
-            assert "stop_requested" in repr(coord)
+    with anyio.fail_after(10):
+        with pytest.raises(RuntimeError, match="stalled"):  # noqa: PT012
+            async with ar.Coordinator() as coord:
+                coord.start_soon(_forever, log, name="reader-stage")
+                coord.start_soon(_forever, log)
+                await anyio.wait_all_tasks_blocked()
+                stats = coord.statistics()
+                assert stats.tasks_running == 2
+                assert stats.task_names == ("reader-stage", "_forever")
+                assert not stats.stop_requested
+                assert "reader-stage" in repr(coord)
+                assert repr(coord).startswith("<Coordinator running")
+                with pytest.raises(AttributeError):
+                    stats.tasks_running = 3  # type: ignore[misc]
+                coord.request_stop(RuntimeError("stalled"))
+                assert "stop_requested" in repr(coord)
     assert repr(coord).startswith("<Coordinator joined tasks=[]")
 
 
@@ -394,49 +418,54 @@ async def test_grace_period_lets_tasks_finish_cooperatively() -> None:
         await anyio.lowlevel.checkpoint()  # not cancelled during the grace period
         log.append("finished its item")
 
-    async with ar.Coordinator(stop_grace_period=None) as coord:
-        coord.start_soon(polite, coord)
-        await anyio.wait_all_tasks_blocked()
-        coord.request_stop()
+    with anyio.fail_after(10):
+        async with ar.Coordinator(stop_grace_period=None) as coord:
+            coord.start_soon(polite, coord)
+            await anyio.wait_all_tasks_blocked()
+            coord.request_stop()
     assert log == ["finished its item"]
 
 
 @pytest.mark.both_backends
 async def test_grace_period_then_cancels_stragglers() -> None:
     log: list[str] = []
-    async with ar.Coordinator(stop_grace_period=0.01) as coord:
-        coord.start_soon(_forever, log)
-        await anyio.wait_all_tasks_blocked()
-        coord.request_stop()
-        assert log == []  # not cancelled at once
+    with anyio.fail_after(10):
+        async with ar.Coordinator(stop_grace_period=0.01) as coord:
+            coord.start_soon(_forever, log)
+            await anyio.wait_all_tasks_blocked()
+            coord.request_stop()
+            assert log == []  # not cancelled at once
     assert log == ["task ended"]
 
 
 async def test_grace_period_with_no_tasks_ends_at_once() -> None:
-    async with ar.Coordinator(stop_grace_period=60) as coord:
-        coord.request_stop()
+    with anyio.fail_after(10):
+        async with ar.Coordinator(stop_grace_period=60) as coord:
+            coord.request_stop()
     assert coord.joined
 
 
 async def test_wait_for_stop_survives_clear_stop() -> None:
-    async with ar.Coordinator() as coord:
-        woke: list[bool] = []
+    with anyio.fail_after(10):
+        async with ar.Coordinator() as coord:
+            woke: list[bool] = []
 
-        async def waiter() -> None:
-            woke.append(await coord.wait_for_stop())
+            async def waiter() -> None:
+                woke.append(await coord.wait_for_stop())
 
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(waiter)
-            await anyio.wait_all_tasks_blocked()
-            coord.clear_stop()
-            coord.request_stop()
-        assert woke == [True]
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(waiter)
+                await anyio.wait_all_tasks_blocked()
+                coord.clear_stop()
+                coord.request_stop()
+            assert woke == [True]
 
 
 async def test_grace_period_applies_to_a_stop_requested_before_entering() -> None:
     log: list[str] = []
     coord = ar.Coordinator(stop_grace_period=0.01)
     coord.request_stop()
-    async with coord:
-        coord.start_soon(_forever, log)
+    with anyio.fail_after(10):
+        async with coord:
+            coord.start_soon(_forever, log)
     assert log == ["task ended"]

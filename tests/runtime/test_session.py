@@ -56,12 +56,13 @@ async def test_session_is_current_and_owns_a_current_coordinator() -> None:
 @pytest.mark.both_backends
 async def test_leaving_closes_tracked_queues_and_stops_tasks() -> None:
     log: list[str] = []
-    async with ar.Session() as sess:
-        q = ar.FIFOQueue(4)
-        await q.enqueue(1)
-        sess.start_soon(_forever, log)
-        await anyio.wait_all_tasks_blocked()
-        assert sess.statistics().resources_tracked == 1
+    with anyio.fail_after(10):
+        async with ar.Session() as sess:
+            q = ar.FIFOQueue(4)
+            await q.enqueue(1)
+            sess.start_soon(_forever, log)
+            await anyio.wait_all_tasks_blocked()
+            assert sess.statistics().resources_tracked == 1
     assert log == ["task ended"]
     assert q.is_closed()
     assert q.size() == 1  # closing keeps the elements
@@ -78,15 +79,16 @@ async def test_blocked_operations_in_other_tasks_end_with_clear_errors() -> None
         except ar.AsyncReaderError as exc:
             errors.append(exc)
 
-    async with anyio.create_task_group() as tg:
-        async with ar.Session() as sess:
-            empty = ar.FIFOQueue(1)
-            full = ar.FIFOQueue(1)
-            await full.enqueue("x")
-            tg.start_soon(call, empty.dequeue)
-            tg.start_soon(call, full.enqueue, "y")
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tg:
+            async with ar.Session() as sess:
+                empty = ar.FIFOQueue(1)
+                full = ar.FIFOQueue(1)
+                await full.enqueue("x")
+                tg.start_soon(call, empty.dequeue)
+                tg.start_soon(call, full.enqueue, "y")
+                await anyio.wait_all_tasks_blocked()
             await anyio.wait_all_tasks_blocked()
-        await anyio.wait_all_tasks_blocked()
     assert sess.closed
     kinds = sorted(type(e).__name__ for e in errors)
     assert kinds == ["OutOfRangeError", "QueueClosedError"]
@@ -122,34 +124,36 @@ async def test_different_sessions_do_not_share() -> None:
 
 async def test_close_is_idempotent_and_a_closed_session_cannot_be_used() -> None:
     sess = ar.Session()
-    async with sess:
-        res = _Resource()
-    assert res.closed == 1
-    await sess.close()
-    assert res.closed == 1
-    message = r"^Attempted to use a closed Session\.$"
-    with pytest.raises(ar.FailedPreconditionError, match=message):
-        await sess.__aenter__()
-    with pytest.raises(ar.FailedPreconditionError, match=message):
-        sess.start_soon(anyio.sleep, 0)
-    with pytest.raises(ar.FailedPreconditionError, match=message):
-        await sess.run(anyio.sleep, 0)
+    with anyio.fail_after(10):
+        async with sess:
+            res = _Resource()
+        assert res.closed == 1
+        await sess.close()
+        assert res.closed == 1
+        message = r"^Attempted to use a closed Session\.$"
+        with pytest.raises(ar.FailedPreconditionError, match=message):
+            await sess.__aenter__()
+        with pytest.raises(ar.FailedPreconditionError, match=message):
+            sess.start_soon(anyio.sleep, 0)
+        with pytest.raises(ar.FailedPreconditionError, match=message):
+            await sess.run(anyio.sleep, 0)
     assert repr(sess).startswith("<Session closed")
 
 
 async def test_close_inside_the_block() -> None:
     log: list[str] = []
-    async with ar.Session() as sess:
-        q = ar.FIFOQueue(1)
-        sess.start_soon(_forever, log)
-        await anyio.wait_all_tasks_blocked()
-        await sess.close()
-        assert log == ["task ended"]
-        assert q.is_closed()
-        assert sess.closed
-        with pytest.raises(ar.FailedPreconditionError, match="closed Session"):
-            ar.FIFOQueue(1)  # building a resource needs an open session
-        await sess.close()
+    with anyio.fail_after(10):
+        async with ar.Session() as sess:
+            q = ar.FIFOQueue(1)
+            sess.start_soon(_forever, log)
+            await anyio.wait_all_tasks_blocked()
+            await sess.close()
+            assert log == ["task ended"]
+            assert q.is_closed()
+            assert sess.closed
+            with pytest.raises(ar.FailedPreconditionError, match="closed Session"):
+                ar.FIFOQueue(1)  # building a resource needs an open session
+            await sess.close()
 
 
 async def test_close_from_a_task_of_the_session() -> None:
@@ -159,10 +163,11 @@ async def test_close_from_a_task_of_the_session() -> None:
         await sess.close()
         log.append("closed")
 
-    async with ar.Session() as sess:
-        q = ar.FIFOQueue(1)
-        sess.start_soon(_forever, log)
-        sess.start_soon(shut_down, sess)
+    with anyio.fail_after(10):
+        async with ar.Session() as sess:
+            q = ar.FIFOQueue(1)
+            sess.start_soon(_forever, log)
+            sess.start_soon(shut_down, sess)
     assert sorted(log) == ["closed", "task ended"]
     assert q.is_closed()
 
@@ -181,11 +186,12 @@ async def test_errors_come_out_as_themselves_and_resources_still_close() -> None
         await anyio.lowlevel.checkpoint()
         raise err
 
-    with pytest.raises(ar.DataLossError) as info:  # noqa: PT012
-        async with ar.Session() as sess:
-            res = _Resource()
-            sess.start_soon(fail)
-            await anyio.sleep_forever()
+    with anyio.fail_after(10):
+        with pytest.raises(ar.DataLossError) as info:  # noqa: PT012
+            async with ar.Session() as sess:
+                res = _Resource()
+                sess.start_soon(fail)
+                await anyio.sleep_forever()
     assert info.value is err
     assert res.closed == 1
 
@@ -253,16 +259,17 @@ async def test_run_awaits_in_the_session() -> None:
         assert context.current_session() is sess
         return ar.FIFOQueue(2, shared_name="made-in-run")
 
-    async with ar.Session() as sess:
-        outside: list[ar.FIFOQueue] = []
+    with anyio.fail_after(10):
+        async with ar.Session() as sess:
+            outside: list[ar.FIFOQueue] = []
 
-        async def handler() -> None:
-            outside.append(await sess.run(build))
+            async def handler() -> None:
+                outside.append(await sess.run(build))
 
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(handler)
-        assert outside[0] is sess.resources.lookup(None, "made-in-run")
-        assert context.current_session() is sess
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(handler)
+            assert outside[0] is sess.resources.lookup(None, "made-in-run")
+            assert context.current_session() is sess
     assert outside[0].is_closed()
 
 
@@ -276,10 +283,11 @@ async def test_run_is_cancelled_when_the_session_closes() -> None:
         except ar.FailedPreconditionError as exc:
             errors.append(exc)
 
-    async with anyio.create_task_group() as tg, ar.Session() as sess:
-        tg.start_soon(handler, sess)
-        await anyio.wait_all_tasks_blocked()
-        assert sess.statistics().calls_running == 1
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tg, ar.Session() as sess:
+            tg.start_soon(handler, sess)
+            await anyio.wait_all_tasks_blocked()
+            assert sess.statistics().calls_running == 1
     assert [str(e) for e in errors] == ["The Session was closed while this call was running."]
     assert sess.statistics().calls_running == 0
 
@@ -288,9 +296,10 @@ async def test_run_propagates_errors() -> None:
     async def fail() -> None:
         raise ar.NotFoundError("no such file: x")
 
-    async with ar.Session() as sess:
-        with pytest.raises(ar.NotFoundError, match="no such file"):
-            await sess.run(fail)
+    with anyio.fail_after(10):
+        async with ar.Session() as sess:
+            with pytest.raises(ar.NotFoundError, match="no such file"):
+                await sess.run(fail)
 
 
 async def test_entering_twice_fails() -> None:
@@ -300,14 +309,15 @@ async def test_entering_twice_fails() -> None:
 
 
 async def test_statistics_and_repr() -> None:
-    async with ar.Session() as sess:
-        q = ar.FIFOQueue(1)
-        stats = sess.statistics()
-        assert not stats.closed
-        assert stats.resources_tracked == 1
-        assert stats.calls_running == 0
-        assert stats.coordinator.tasks_running == 0
-        assert repr(sess).startswith("<Session running resources=1 coord=<Coordinator running")
+    with anyio.fail_after(10):
+        async with ar.Session() as sess:
+            q = ar.FIFOQueue(1)
+            stats = sess.statistics()
+            assert not stats.closed
+            assert stats.resources_tracked == 1
+            assert stats.calls_running == 0
+            assert stats.coordinator.tasks_running == 0
+            assert repr(sess).startswith("<Session running resources=1 coord=<Coordinator running")
     assert q.is_closed()
     assert ar.Session().__repr__().startswith("<Session idle")
 
@@ -317,9 +327,10 @@ async def test_grace_period_and_clean_types_reach_the_coordinator() -> None:
         await sess.coord.wait_for_stop()
         await anyio.lowlevel.checkpoint()
 
-    with pytest.raises(ar.QueueClosedError):  # noqa: PT012
-        async with ar.Session(
-            stop_grace_period=None, clean_stop_exception_types=(ar.OutOfRangeError,)
-        ) as sess:
-            sess.start_soon(polite)
-            raise ar.QueueClosedError("Queue 'q' is closed.")
+    with anyio.fail_after(10):
+        with pytest.raises(ar.QueueClosedError):  # noqa: PT012
+            async with ar.Session(
+                stop_grace_period=None, clean_stop_exception_types=(ar.OutOfRangeError,)
+            ) as sess:
+                sess.start_soon(polite)
+                raise ar.QueueClosedError("Queue 'q' is closed.")
