@@ -373,6 +373,12 @@ class InputProducer:
         }
 
     def _checkpoint_restore(self, tree: Any) -> None:
+        if isinstance(tree, dict) and "epoch" in tree and "inputs" not in tree:
+            raise InvalidArgumentError(
+                f"{self._what}: the checkpoint does not identify the producer's input (it "
+                "was written by an older asyncreader), so a restore cannot check that it "
+                "continues over the same input"
+            )
         try:
             what, rows, shuffle = tree["what"], tree["rows"], tree["shuffle"]
             inputs = tree["inputs"]

@@ -17,6 +17,7 @@ from pipeline_harness import Dataset, write_dataset
 from resumable_pipeline import Config, run
 
 import asyncreader as ar
+from asyncreader._runtime import state_codec
 
 pytestmark = pytest.mark.anyio
 
@@ -169,3 +170,12 @@ async def test_slice_producer_refuses_other_arrays() -> None:
     assert len(rest) == 3
     for label, image in rest:
         assert image.tolist() == images[label].tolist()
+
+
+async def test_a_checkpoint_without_an_input_fingerprint_is_refused() -> None:
+    state = await _checkpoint_after(strings(NAMES, shuffle=False), 1)
+    tree = state_codec.decode(state)
+    for key in ("inputs", "shuffle"):  # as checkpoints of earlier versions were
+        del tree["components"]["producer/0"][key]
+    with pytest.raises(ar.InvalidArgumentError, match="does not identify the producer's input"):
+        await _restore(state_codec.encode(tree), strings(NAMES, shuffle=False))
