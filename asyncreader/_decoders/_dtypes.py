@@ -1,4 +1,8 @@
-"""dtype names shared by the decoders: TensorFlow's spellings mapped onto numpy.
+"""dtype names shared by queues and decoders: TensorFlow's spellings mapped onto numpy.
+
+One table, so that a name means the same everywhere: ``"float"`` is float32, ``"double"``
+float64 and ``"half"`` float16, as in TensorFlow (numpy alone reads ``"float"`` as float64).
+Queues write these names into their checkpoints and read them back on restore.
 
 Decoders accept a dtype the way a TensorFlow user writes it (``"float"``, ``"half"``,
 ``"int32"``, ``"string"``), the way a numpy user writes it (``np.float32``,
@@ -14,7 +18,7 @@ import numpy as np
 
 from .._errors import InvalidArgumentError
 
-__all__ = ["STRING", "resolve_dtype", "tf_name"]
+__all__ = ["STRING", "builtin_dtype", "dtype_by_name", "resolve_dtype", "tf_name"]
 
 #: The numpy dtype that stands for TensorFlow's ``string``: object arrays holding ``bytes``.
 STRING = np.dtype(object)
@@ -56,6 +60,21 @@ _BUILTINS: dict[object, np.dtype[np.generic]] = {
     str: STRING,
     object: STRING,
 }
+
+
+def dtype_by_name(name: str) -> np.dtype[np.generic] | None:
+    """Return the dtype TensorFlow (or numpy, for ``"float32"`` and the like) calls ``name``.
+
+    ``None`` when the table has no such name.
+    """
+    return _BY_NAME.get(name)
+
+
+def builtin_dtype(value: object) -> np.dtype[np.generic] | None:
+    """Return the dtype a Python type stands for (``float`` → float32), or ``None``."""
+    if isinstance(value, type):
+        return _BUILTINS.get(value)
+    return None
 
 
 def resolve_dtype(value: object) -> np.dtype[np.generic]:

@@ -517,7 +517,10 @@ def _start(
 
 
 def _as_rows(value: object, what: str) -> np.ndarray[Any, Any]:
-    array = value if isinstance(value, np.ndarray) else np.asarray(value)
+    try:
+        array = value if isinstance(value, np.ndarray) else np.asarray(value)
+    except UnicodeError:  # bytes and str mixed, the bytes not ASCII: keep them as they are
+        array = np.array(value, dtype=object)
     if array.dtype.kind in "SU":
         # Build text as objects from the original values: numpy's fixed-width bytes
         # dtype would drop trailing NUL bytes.

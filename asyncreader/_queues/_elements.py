@@ -24,6 +24,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from .._decoders._dtypes import builtin_dtype, dtype_by_name, tf_name
 from .._errors import InvalidArgumentError
 
 __all__ = [
@@ -46,38 +47,39 @@ Row = tuple[tuple[np.ndarray[Any, Any], ...], int]
 
 _STRING_SPELLINGS = ("string", "str", "bytes", "object")
 
-_TF_NAMES = {
-    "float32": "float",
-    "float64": "double",
-    "float16": "half",
-    "object": "string",
-    "bytes": "string",
-    "str": "string",
-}
-
 
 def as_dtype(spec: Any) -> np.dtype[Any]:
     """Return the numpy dtype for ``spec``; ``object``, ``bytes``, ``str``, ``"string"`` → object.
+
+    Names mean what they mean in TensorFlow (``"float"`` is float32, ``"double"`` float64,
+    ``"half"`` float16) and Python's ``float`` is float32, as in ``tf.as_dtype``; the table
+    is the decoders' (:mod:`asyncreader._decoders._dtypes`), so a queue's checkpoint, which
+    names its dtypes that way, restores into the same dtypes. Other numpy spellings
+    (``"<i4"``, ``np.float64``) are taken as numpy reads them, in native byte order (a
+    dtype's TensorFlow name has no byte order, so a restore could not bring one back).
 
     Raises:
         InvalidArgumentError: if ``spec`` names no dtype.
     """
     if spec is object or spec is bytes or spec is str or spec in _STRING_SPELLINGS:
         return np.dtype(object)
+    found = dtype_by_name(spec) if isinstance(spec, str) else builtin_dtype(spec)
+    if found is not None:
+        return found
     try:
         dtype: np.dtype[Any] = np.dtype(spec)
     except TypeError as exc:
         raise InvalidArgumentError(f"not a dtype: {spec!r}") from exc
     if dtype.kind in "SUV":
         return np.dtype(object)
-    return dtype
+    return dtype.newbyteorder("=")
 
 
 def tf_dtype_name(dtype: np.dtype[Any]) -> str:
     """Return TensorFlow's name for ``dtype`` (``float`` for float32, ``string`` for text)."""
     if dtype.kind in "SUO":
         return "string"
-    return _TF_NAMES.get(dtype.name, dtype.name)
+    return tf_name(dtype)
 
 
 def format_shape(shape: Sequence[int | None]) -> str:

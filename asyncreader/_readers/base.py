@@ -199,9 +199,9 @@ def _work_bytes(item: Any) -> bytes:
         item = item.reshape(()).item()
     if isinstance(item, bytes):
         return item
-    if isinstance(item, str):
-        return item.encode()
-    if isinstance(item, os.PathLike):
+    if isinstance(item, (str, os.PathLike)):
+        # As the OS encodes file names: a name os.listdir or glob returned with surrogate
+        # escapes (bytes that are not UTF-8) comes back as exactly those bytes.
         return os.fsencode(item)
     raise InvalidArgumentError(
         f"Expected queue with single string component, got a {type(item).__name__}"

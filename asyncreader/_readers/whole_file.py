@@ -18,10 +18,12 @@ class WholeFileReader(WorkItemKeys, ReaderBase):
     """A reader that outputs the entire contents of each file as one record.
 
     Key: the work item itself (no suffix); value: the file's bytes (``b""`` for an empty
-    file). The file is opened when the work item is taken, so a missing file fails that
-    read with :class:`~asyncreader.NotFoundError` and is abandoned (TensorFlow opens it in
-    the read itself and keeps the work item in progress). State is TensorFlow's
-    ``ReaderBaseState``, interchangeable with ``tf.compat.v1.WholeFileReader``.
+    file). As in TensorFlow, the file is opened by the read itself, not when the work item
+    is taken: a missing file fails the read with :class:`~asyncreader.NotFoundError` and
+    the work item stays in progress, so every later read fails the same way until
+    :meth:`reset` (SPEC §3.3). ``on_error="skip"`` skips such a file instead (into
+    :attr:`dead_letters`). State is TensorFlow's ``ReaderBaseState``, interchangeable with
+    ``tf.compat.v1.WholeFileReader``.
 
     Args:
         name: The reader's name in messages.
@@ -37,20 +39,22 @@ class WholeFileReader(WorkItemKeys, ReaderBase):
         self._file: RandomAccessFile | None = None
 
     def on_work_started(self, work: bytes) -> None:
-        self._close_files()
-        self._file = open_work_item(work)
+        self._close_files()  # the read opens the file (TensorFlow's ReadLocked)
 
     def read_one(self) -> tuple[bytes, bytes, bool]:
-        f = self._file
-        assert f is not None
-        parts: list[bytes] = []
-        while True:
-            block = f.read(max(f.size or 0, READ_BLOCK))
-            self._bytes_read += len(block)
-            if not block:
-                break
-            parts.append(block)
         self._close_files()
+        f = self._file = open_work_item(self._work)
+        parts: list[bytes] = []
+        try:
+            while True:
+                block = f.read(max(f.size or 0, READ_BLOCK))
+                self._bytes_read += len(block)
+                if not block:
+                    break
+                parts.append(block)
+        finally:
+            # A failed read starts over from the file's beginning next time.
+            self._close_files()
         return self._work, b"".join(parts), True
 
     def _reread(self, work: bytes, wanted: list[int]) -> list[bytes]:

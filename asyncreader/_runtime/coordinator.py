@@ -40,12 +40,23 @@ Behaviour:
 
 Inside the block the coordinator is the *current* one, also in every task started in it, so
 functions that take ``coord=None`` find it.
+
+**Threads.** As TensorFlow's, the coordinator may be told to stop from any thread: a plain
+(synchronous) reader hook running on a worker thread, or a ``threading.Thread`` the program
+started itself. :meth:`~Coordinator.request_stop`, :meth:`~Coordinator.should_stop`,
+:meth:`~Coordinator.clear_stop`, :meth:`~Coordinator.stop_on_exception` and
+:meth:`~Coordinator.raise_requested_exception` are thread-safe; starting tasks and
+awaiting :meth:`~Coordinator.wait_for_stop` belong to the event loop.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import contextvars
+import functools
 import itertools
+import threading
 import weakref
 from contextvars import ContextVar
 from dataclasses import dataclass
@@ -142,6 +153,45 @@ class _StopOnException:
         return False
 
 
+class _Loop:
+    """The event loop a coordinator runs in: its thread, and a way into it from others."""
+
+    __slots__ = ("_call_soon", "thread")
+
+    def __init__(self) -> None:
+        self.thread = threading.get_ident()
+        call_soon: Callable[[Callable[[], object]], object]
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # not asyncio: anyio's other backend
+            import trio
+
+            call_soon = trio.lowlevel.current_trio_token().run_sync_soon
+        else:
+            call_soon = functools.partial(_call_soon_asyncio, loop)
+        self._call_soon = call_soon
+
+    def run_soon(self, fn: Callable[[], object]) -> None:
+        """Run ``fn`` in the loop's thread soon, without waiting for it.
+
+        Never blocks, so a thread the loop itself waits for cannot deadlock here. A loop
+        that has ended runs nothing (its blocks have ended too: nothing is left to stop).
+        """
+        with contextlib.suppress(RuntimeError):  # the loop is closed / the run finished
+            self._call_soon(fn)
+
+
+def _call_soon_asyncio(loop: asyncio.AbstractEventLoop, fn: Callable[[], object]) -> None:
+    # A loop callback runs outside any task, where sniffio (which anyio asks when it
+    # starts a task) cannot tell the library: name it in the callback's own context.
+    ctx = contextvars.Context()
+    with contextlib.suppress(ImportError):
+        import sniffio
+
+        ctx.run(sniffio.current_async_library_cvar.set, "asyncio")
+    loop.call_soon_threadsafe(ctx.run, fn)
+
+
 def _task_name(fn: Callable[..., object]) -> str:
     name = getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None)
     return name if isinstance(name, str) else repr(fn)
@@ -217,6 +267,9 @@ class Coordinator:
         self._tg: anyio.abc.TaskGroup | None = None
         self._body_scope: anyio.CancelScope | None = None
         self._token: Any = None
+        self._loop: _Loop | None = None
+        # Guards the stop state, which other threads may change (see request_stop).
+        self._lock = threading.Lock()
         self._cancelling = False
         self._generation = 0
         # Runners started in this coordinator, in start order, for stage_statistics();
@@ -229,6 +282,7 @@ class Coordinator:
         if self._tg is not None:
             raise FailedPreconditionError("this Coordinator is already running a block")
         self._joined = False
+        self._loop = _Loop()
         tg = anyio.create_task_group()
         await tg.__aenter__()
         self._tg = tg
@@ -237,6 +291,8 @@ class Coordinator:
         # that are still inside their grace period.
         self._body_scope = anyio.CancelScope()
         self._body_scope.__enter__()
+        if self._stop_requested and self._grace == 0:
+            self._cancelling = True  # (a stop from a thread after the last loop ended)
         if self._stop_requested and self._grace:
             tg.start_soon(
                 self._cancel_after_grace, self._generation, self._grace, name="stop grace period"
@@ -293,7 +349,8 @@ class Coordinator:
         return False  # pragma: no cover - _reraise always raises
 
     def _finish_block(self) -> None:
-        self._joined = True
+        with self._lock:
+            self._joined = True
         self._tg = None
         self._body_scope = None
         with contextlib.suppress(ValueError, RuntimeError):
@@ -386,7 +443,11 @@ class Coordinator:
         request can record an error (as in TensorFlow, a plain stop followed by an error
         keeps no error). A stop cancels the background tasks (after the grace period, if
         one was set); a recorded error also cancels the body of the ``async with`` block.
-        Must be called from the event loop's thread.
+
+        Thread-safe: from a thread other than the event loop's (a plain reader hook on a
+        worker thread, a ``threading.Thread``), the stop is recorded at once
+        (:meth:`should_stop` is true on return) and the cancelling is handed to the loop
+        without waiting for it.
 
         Args:
             exc: The exception that caused the stop, or an ``exc_info`` triple.
@@ -399,22 +460,37 @@ class Coordinator:
             exc = exc[1]
         if exc is not None and isinstance(exc, self._clean_types):
             exc = None
-        if self._joined and exc is not None:
-            raise exc
-        if self._stop_requested:
-            return
-        self._stop_requested = True
-        self._exception = exc
+        with self._lock:
+            if self._joined and exc is not None:
+                raise exc
+            if self._stop_requested:
+                return
+            self._stop_requested = True
+            self._exception = exc
+            generation = self._generation
+            loop = self._loop
+        if loop is None or loop.thread == threading.get_ident():
+            self._apply_stop(generation)
+        else:
+            loop.run_soon(functools.partial(self._apply_stop, generation))
+
+    def _apply_stop(self, generation: int) -> None:
+        """Carry out a stop request on the event loop's thread."""
+        if generation != self._generation:
+            return  # clear_stop() came first: that stop is forgotten
         if self._stop_event is not None:
             self._stop_event.set()
-        if exc is not None and self._body_scope is not None:
+        if self._exception is not None and self._body_scope is not None:
             self._body_scope.cancel()
         if self._grace == 0:
             self._cancel_tasks()
         elif self._grace is not None and self._tg is not None:
-            self._tg.start_soon(
-                self._cancel_after_grace, self._generation, self._grace, name="stop grace period"
-            )
+            try:
+                self._tg.start_soon(
+                    self._cancel_after_grace, generation, self._grace, name="stop grace period"
+                )
+            except RuntimeError:  # the block is closing: no grace period to give any more
+                self._cancel_tasks()
 
     def _cancel_tasks(self) -> None:
         self._cancelling = True
@@ -444,6 +520,8 @@ class Coordinator:
             await anyio.lowlevel.checkpoint()
             return True
         if self._stop_event is None:
+            if self._loop is None:
+                self._loop = _Loop()  # so that a stop from another thread can wake us
             self._stop_event = anyio.Event()
         event = self._stop_event
         with anyio.move_on_after(timeout):
@@ -467,14 +545,17 @@ class Coordinator:
         """Forget the stop request, the recorded error and the joined mark.
 
         Tasks already cancelled stay cancelled; tasks started afterwards run normally.
+        Thread-safe; a stop requested from another thread that the loop has not carried
+        out yet is then dropped.
         """
-        self._stop_requested = False
-        self._exception = None
-        self._joined = False
-        self._cancelling = False
-        self._generation += 1
-        if self._stop_event is not None and self._stop_event.is_set():
-            self._stop_event = None  # waiters still on an unset event keep waiting on it
+        with self._lock:
+            self._stop_requested = False
+            self._exception = None
+            self._joined = False
+            self._cancelling = False
+            self._generation += 1
+            if self._stop_event is not None and self._stop_event.is_set():
+                self._stop_event = None  # waiters still on an unset event keep waiting on it
 
     def raise_requested_exception(self) -> None:
         """Raise the recorded error, if there is one.

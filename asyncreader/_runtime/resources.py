@@ -78,8 +78,12 @@ class ResourceMgr:
         self._lock = threading.RLock()
         self._creating = False
 
-    def _container_name(self, container: str | None) -> str:
-        return _validate_container(container) if container else self.default_container
+    def _container_name(self, container: str | None, *, creating: bool = False) -> str:
+        # As in TensorFlow, only creating a container checks its name: looking up or
+        # deleting in a container that cannot exist is simply "not found".
+        if not container:
+            return self.default_container
+        return _validate_container(container) if creating else container
 
     def create(
         self, container: str | None, name: str, resource: object, *, kind: str | None = None
@@ -87,10 +91,12 @@ class ResourceMgr:
         """Add ``resource`` as ``name`` in ``container``, creating the container on demand.
 
         Raises:
+            InvalidArgumentError: if ``container`` is not a valid container name (a letter,
+                digit or ``.``, then letters, digits, ``-``, ``.`` or ``/``).
             AlreadyExistsError: if the container already holds a resource of that kind
                 under that name.
         """
-        cname = self._container_name(container)
+        cname = self._container_name(container, creating=True)
         key = (kind or _kind_of(resource), name)
         with self._lock:
             entries = self._containers.setdefault(cname, {})
@@ -106,7 +112,8 @@ class ResourceMgr:
                 kind matches, the generic kind first.
 
         Raises:
-            NotFoundError: if the container or the resource does not exist.
+            NotFoundError: if the container or the resource does not exist (whatever the
+                container's name: only creation checks it).
         """
         cname = self._container_name(container)
         with self._lock:
@@ -148,10 +155,11 @@ class ResourceMgr:
         resource. ``factory`` must not call back into this manager.
 
         Raises:
-            InvalidArgumentError: if ``factory`` calls back into this manager.
+            InvalidArgumentError: if ``factory`` calls back into this manager, or
+                ``container`` is not a valid container name.
             Exception: whatever ``factory`` raises; nothing is added then.
         """
-        cname = self._container_name(container)
+        cname = self._container_name(container, creating=True)
         with self._lock:
             if self._creating:
                 raise InvalidArgumentError(
@@ -173,7 +181,8 @@ class ResourceMgr:
         """Remove ``name`` from ``container``; holders of the object keep a live object.
 
         Raises:
-            NotFoundError: if the container or the resource does not exist.
+            NotFoundError: if the container or the resource does not exist (whatever the
+                container's name: only creation checks it).
         """
         cname = self._container_name(container)
         with self._lock:

@@ -7,6 +7,7 @@ import gzip
 import zlib
 from typing import TYPE_CHECKING
 
+import anyio
 import pytest
 from readers_util import frame_in_small_pieces, open_fds, tfrecord_bytes, work_queue
 
@@ -90,20 +91,57 @@ def test_tf_proto_parser_skips_unknown_fields_and_rejects_malformed() -> None:
             decode_tf_proto(bad)
 
 
-async def test_whole_file_reader_reads_files_and_skips_missing(tmp_path: Path) -> None:
+@pytest.mark.both_backends
+async def test_whole_file_reader_missing_file_stays_in_progress(tmp_path: Path) -> None:
+    """TensorFlow opens the file in the read hook: a missing file fails the read and the
+    work item stays in progress, so every later read fails again until reset() (SPEC §3.3,
+    §11 Q12); a file that appears meanwhile is then read under that same work item."""
     (tmp_path / "a").write_bytes(b"alpha")
     (tmp_path / "empty").write_bytes(b"")
     items = [str(tmp_path / "a"), str(tmp_path / "missing"), str(tmp_path / "empty")]
     q = await work_queue(items)
     async with ar.WholeFileReader() as reader:
-        assert await reader.read(q) == (items[0].encode(), b"alpha")
-        assert reader.num_work_units_completed() == 1
-        with pytest.raises(ar.NotFoundError, match="missing"):
-            await reader.read(q)
-        assert await reader.read(q) == (items[2].encode(), b"")
-        assert reader.statistics().bytes_read == 5
-        with pytest.raises(ar.OutOfRangeError):
-            await reader.read(q)
+        with anyio.fail_after(10):
+            assert await reader.read(q) == (items[0].encode(), b"alpha")
+            assert reader.num_work_units_completed() == 1
+            for _ in range(2):
+                with pytest.raises(ar.NotFoundError, match="missing"):
+                    await reader.read(q)
+                assert reader.statistics().work_units_started == 2
+                assert reader.num_work_units_completed() == 1
+            assert q.size() == 1  # the empty file was not taken
+            (tmp_path / "missing").write_bytes(b"late")
+            assert await reader.read(q) == (items[1].encode(), b"late")
+            assert await reader.read(q) == (items[2].encode(), b"")
+            assert reader.statistics().bytes_read == 9
+            with pytest.raises(ar.OutOfRangeError):
+                await reader.read(q)
+
+
+@pytest.mark.both_backends
+async def test_whole_file_reader_reset_or_skip_policy_moves_past_a_missing_file(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "b").write_bytes(b"beta")
+    items = [str(tmp_path / "missing"), str(tmp_path / "b")]
+    async with ar.WholeFileReader() as reader:
+        q = await work_queue(items)
+        with anyio.fail_after(10):
+            with pytest.raises(ar.NotFoundError, match="missing"):
+                await reader.read(q)
+            await reader.reset()  # drops the work item in progress
+            assert await reader.read(q) == (items[1].encode(), b"beta")
+    async with ar.WholeFileReader(on_error="skip") as reader:
+        q = await work_queue(items)
+        with anyio.fail_after(10):
+            assert await reader.read(q) == (items[1].encode(), b"beta")
+            with pytest.raises(ar.OutOfRangeError):
+                await reader.read(q)
+        (letter,) = reader.dead_letters
+        assert isinstance(letter.error, ar.NotFoundError)
+        assert letter.work_item == items[0].encode()
+        assert letter.rest_of_work_item
+        assert reader.num_work_units_completed() == 2
 
 
 def _tfrecord(path: Path, payloads: list[bytes], compression: str) -> None:

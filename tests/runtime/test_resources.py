@@ -141,6 +141,28 @@ def test_container_validation(bad: str) -> None:
         ar.InvalidArgumentError, match=f"^container contains invalid characters: {bad}$"
     ):
         rm.create(bad, "r", 1)
+    with pytest.raises(ar.InvalidArgumentError, match="container contains invalid characters"):
+        rm.lookup_or_create(bad, "r", lambda: 1)
+    assert rm.containers() == []
+
+
+@pytest.mark.parametrize("name", ["no_such_container", "has space", "-dash-first", "ok"])
+def test_lookup_and_delete_never_validate_the_container(name: str) -> None:
+    """TensorFlow checks a container's name only where a resource is created in it:
+    a lookup or a delete in a container that does not exist is NOT_FOUND, whatever its
+    name (``ResourceMgr::Lookup`` / ``Delete``)."""
+    rm = ar.ResourceMgr()
+    rm.create("ok-other", "r", 1)
+    with pytest.raises(
+        ar.NotFoundError,
+        match=rf"^Container {name} does not exist\. \(Could not find resource: {name}/r\)$",
+    ):
+        rm.lookup(name, "r")
+    with pytest.raises(ar.NotFoundError, match=f"^Container {name} does not exist\\.$"):
+        rm.delete(name, "r")
+    rm.cleanup(name)  # a missing container is not an error, whatever its name
+    assert rm.names(name) == []
+    assert rm.containers() == ["ok-other"]
 
 
 @pytest.mark.parametrize("good", ["a", "A.b-c/d", "0", ".hidden"])
