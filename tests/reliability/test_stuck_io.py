@@ -285,3 +285,101 @@ async def test_abandoned_threads_do_not_starve_other_readers(fifo: Path, tmp_pat
     finally:
         ar.set_io_threads(8)
     await _unblock_and_check_closed(fifo)
+
+
+def _open_writer(path: Path) -> int:
+    """Open the FIFO for writing once a reader waits on it; return the descriptor."""
+    deadline = time.monotonic() + 5
+    while True:
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_NONBLOCK)
+        except OSError as exc:
+            if exc.errno != errno.ENXIO or time.monotonic() > deadline:
+                raise
+            time.sleep(0.01)
+            continue
+        os.set_blocking(fd, True)
+        return fd
+
+
+async def test_a_block_read_abandoned_part_way_delivers_its_records_later(fifo: Path) -> None:
+    """The thread has read two lines and waits for more: the chunk it returns later is
+    taken up by the next call, records in order, none twice."""
+    queue = await _work(str(fifo))
+    fds: list[int] = []
+    lock = threading.Lock()
+
+    def finish() -> None:
+        """Write the last line and close the pipe (once; a timer does it if the test
+        does not, so that a regression, a wait for the thread, fails fast)."""
+        with lock:
+            if fds:
+                fd = fds.pop()
+                os.write(fd, b"c\n")
+                os.close(fd)
+
+    timer = threading.Timer(4.0, finish)
+    timer.start()
+    async with ar.TextLineReader() as reader:
+        async with anyio.create_task_group() as tg:
+
+            async def cancelled_read() -> None:
+                with anyio.move_on_after(1.0):
+                    await reader.read_up_to(queue, 10)
+
+            tg.start_soon(cancelled_read)
+            fd = await anyio.to_thread.run_sync(_open_writer, fifo)
+            os.write(fd, b"a\nb\n")
+            fds.append(fd)
+        try:
+            stats = reader.statistics()
+            assert stats.abandoned_threads == 1
+            assert stats.records_produced == 0
+            assert stats.work_units_started == 1  # the open had returned
+        finally:
+            timer.cancel()
+            finish()
+        with anyio.fail_after(5):
+            keys, values = await reader.read_up_to(queue, 10)
+            assert values == [b"a", b"b", b"c"]
+            assert keys[0] == os.fsencode(fifo) + b":1"
+            with pytest.raises(ar.OutOfRangeError):
+                await reader.read(queue)
+        assert reader.statistics().records_produced == 3
+    assert await anyio.to_thread.run_sync(_open_fds, fifo) == 0
+
+
+class _FailingOpen(ar.ReaderBase):
+    """``on_work_started`` blocks until ``gate`` is set, then fails as a missing file."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.gate = threading.Event()
+        self.opened = 0
+
+    def on_work_started(self, work: bytes) -> None:
+        self.opened += 1
+        self.gate.wait(3)  # bounded: a regression (a wait for the thread) fails fast
+        if work == b"missing":
+            raise ar.NotFoundError("no such file", work_item=work)
+
+    def read_one(self) -> tuple[bytes, bytes, bool]:
+        return b"k", b"v", True
+
+
+async def test_an_abandoned_open_that_fails_raises_from_the_next_call() -> None:
+    queue = await _work("missing", "there")
+    reader = _FailingOpen()
+    async with reader:
+        with pytest.raises(TimeoutError):
+            with anyio.fail_after(0.2):
+                await reader.read(queue)
+        reader.gate.set()
+        with anyio.fail_after(5):
+            with pytest.raises(ar.NotFoundError, match="no such file"):
+                await reader.read(queue)
+            # The failed item was abandoned as any failed start: the next one is read.
+            assert await reader.read(queue) == (b"k", b"v")
+        assert reader.opened == 2
+        stats = reader.statistics()
+        assert (stats.errors, stats.work_units_completed, stats.abandoned_total) == (1, 1, 1)
