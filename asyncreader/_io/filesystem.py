@@ -197,6 +197,8 @@ class _LocalFile:
             )
 
     def seek(self, offset: int) -> None:
+        if offset == self._pos:
+            return  # e.g. resuming at the start of a pipe, which cannot seek
         with map_io_errors(self._name):
             self._f.seek(offset)
         self._pos = offset

@@ -591,7 +591,14 @@ class ReaderBase(SharedResource, ABC):
             return encode_tf_proto(
                 ReaderState(self._started, self._finished, self._produced, self._work)
             )
-        if not in_progress:
+        started = self._started
+        pending = self._pending
+        if pending is not None and pending.kind == "start" and pending.epoch == self._epoch:
+            # The work item just dequeued is still being opened by an abandoned call: save
+            # it as started, at its first record, so that a restore does not lose it.
+            started += 1
+            extra = self._start_state()
+        elif not in_progress:
             extra = b""
         elif self._resume is not None:
             extra = self._resume
@@ -603,7 +610,7 @@ class ReaderBase(SharedResource, ABC):
             extra = _SKIP.pack(self._pushback_base + self._pos) + self._pushback_extra
         else:
             extra = _SKIP.pack(0) + self.serialize_extra()
-        state = ReaderState(self._started, self._finished, self._produced, self._work, extra)
+        state = ReaderState(started, self._finished, self._produced, self._work, extra)
         return encode_native(type(self).__name__, state)
 
     def restore_state(self, state: bytes) -> None:
@@ -1025,6 +1032,12 @@ class ReaderBase(SharedResource, ABC):
             return self._pushback_extra, self._pushback_base + self._pos
         in_progress = self._finished < self._started
         return (self.serialize_extra() if in_progress else None), 0
+
+    def _start_state(self) -> bytes:
+        """Return the extra state of the current work item's first record."""
+        if self._chunked:
+            raise NotImplementedError
+        return _SKIP.pack(0) + self.serialize_extra()
 
     def _chunk_mark(self) -> Any:
         """Return the restart point of the current chunk (chunked readers)."""

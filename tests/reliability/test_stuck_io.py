@@ -383,3 +383,25 @@ async def test_an_abandoned_open_that_fails_raises_from_the_next_call() -> None:
         assert reader.opened == 2
         stats = reader.statistics()
         assert (stats.errors, stats.work_units_completed, stats.abandoned_total) == (1, 1, 1)
+
+
+async def test_state_saved_while_an_abandoned_open_runs_keeps_the_work_item(
+    fifo: Path,
+) -> None:
+    first = ar.TextLineReader()
+    with anyio.move_on_after(0.2):
+        await first.read(await _work(str(fifo)))
+    state = first.serialize_state()
+    await anyio.to_thread.run_sync(_write_fifo, fifo, b"")  # the abandoned open returns
+    await first.aclose()
+    assert await anyio.to_thread.run_sync(_open_fds, fifo) == 0
+
+    async with ar.TextLineReader() as second:
+        second.restore_state(state)
+        assert second.statistics().current_work == os.fsencode(fifo)
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(anyio.to_thread.run_sync, _write_fifo, fifo, b"x\ny\n")
+            with anyio.fail_after(5):
+                _, values = await second.read_up_to(await _work(), 10)
+        assert values == [b"x", b"y"]
+    assert await anyio.to_thread.run_sync(_open_fds, fifo) == 0
