@@ -70,6 +70,7 @@ from ._errors import (
     ResourceExhaustedError as ResourceExhaustedError,
 )
 from ._io.executor import set_io_threads as set_io_threads
+from ._io.filesystem import set_remote_timeouts as set_remote_timeouts
 
 # --- pipeline ---
 from ._pipeline.batching import (
@@ -199,6 +200,7 @@ __all__ = [
     "ResourceMgr",
     "Session",
     "set_io_threads",
+    "set_remote_timeouts",
     "shuffle_batch",
     "shuffle_batch_join",
     "slice_input_producer",

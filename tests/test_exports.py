@@ -40,6 +40,7 @@ CONTRACT = {
     "WholeFileReader",
     "IdentityReader",
     "set_io_threads",
+    "set_remote_timeouts",
     "string_input_producer",
     "range_input_producer",
     "slice_input_producer",

@@ -7,10 +7,13 @@ files, read with large unbuffered reads and ``seek``. A string with a URL scheme
 ``asyncreader[remote]``; without it such work items fail with a
 :class:`~asyncreader.FailedPreconditionError` naming the extra. ``file://`` URLs are local.
 
-Everything here blocks: readers call it on the shared I/O executor (``run_io``), never on the
-event loop. Errors are translated at this boundary with
-:func:`~asyncreader._errors.map_io_errors`: a missing file is a
-:class:`~asyncreader.NotFoundError` naming it.
+Everything here blocks: readers call it on the shared I/O executor, never on the event loop.
+Errors are translated at this boundary with :func:`~asyncreader._errors.map_io_errors`: a
+missing file is a :class:`~asyncreader.NotFoundError` naming it.
+
+``http(s)://`` work items have timeouts (:func:`set_remote_timeouts`): a server that accepts
+the connection and never answers fails the open or the read with a
+:class:`~asyncreader.FailedPreconditionError` naming the URL instead of blocking for good.
 """
 
 from __future__ import annotations
@@ -19,7 +22,12 @@ import os
 import re
 from typing import TYPE_CHECKING, Any, Final, Protocol, runtime_checkable
 
-from .._errors import DataLossError, FailedPreconditionError, map_io_errors
+from .._errors import (
+    DataLossError,
+    FailedPreconditionError,
+    InvalidArgumentError,
+    map_io_errors,
+)
 
 if TYPE_CHECKING:
     from typing import TypeAlias
@@ -31,6 +39,8 @@ __all__ = [
     "is_url",
     "open_work_item",
     "read_whole",
+    "remote_timeouts",
+    "set_remote_timeouts",
 ]
 
 #: Block size of readers' file reads: large enough that per-call overhead (a thread hop, a
@@ -41,6 +51,72 @@ READ_BLOCK: Final = 4 << 20
 WorkItem: TypeAlias = "str | bytes | os.PathLike[str] | os.PathLike[bytes]"
 
 _SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.\-]*)://")
+
+#: Default seconds to wait for an HTTP connection, and for each answer of the server.
+DEFAULT_CONNECT_TIMEOUT: Final = 30.0
+DEFAULT_READ_TIMEOUT: Final = 60.0
+
+_timeouts: tuple[float | None, float | None] = (DEFAULT_CONNECT_TIMEOUT, DEFAULT_READ_TIMEOUT)
+
+
+def _check_timeout(what: str, value: float | None) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+        raise InvalidArgumentError(f"{what} timeout must be a number > 0 or None, not {value!r}")
+    return float(value)
+
+
+def set_remote_timeouts(
+    *,
+    connect: float | None = DEFAULT_CONNECT_TIMEOUT,
+    read: float | None = DEFAULT_READ_TIMEOUT,
+) -> None:
+    """Set the timeouts of ``http(s)://`` work items, for files opened from now on.
+
+    A server that does not accept the connection within ``connect`` seconds, or goes
+    ``read`` seconds without answering a request (the size probe of the open, or one
+    block read), fails the operation with :class:`~asyncreader.FailedPreconditionError`
+    naming the URL. Other fsspec filesystems (``s3://``, ``gs://``, …) keep their own
+    settings.
+
+    Args:
+        connect: Seconds to connect (default 30); ``None``: no limit.
+        read: Seconds to wait for each answer (default 60); ``None``: no limit.
+
+    Raises:
+        InvalidArgumentError: a timeout is not a number > 0 or ``None``.
+    """
+    global _timeouts
+    _timeouts = (_check_timeout("connect", connect), _check_timeout("read", read))
+
+
+def remote_timeouts() -> tuple[float | None, float | None]:
+    """Return the ``(connect, read)`` timeouts of ``http(s)://`` work items in seconds."""
+    return _timeouts
+
+
+def _timed_out(exc: BaseException) -> bool:
+    """Whether ``exc`` (or what it wraps: fsspec turns a failed probe into
+    ``FileNotFoundError``) is a timeout."""
+    seen: BaseException | None = exc
+    for _ in range(4):
+        if seen is None:
+            return False
+        if isinstance(seen, TimeoutError):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
+
+
+def _timeout_error(name: str | bytes, doing: str, offset: int | None = None) -> Exception:
+    connect, read = _timeouts
+    return FailedPreconditionError(
+        f"timed out {doing} (connect timeout {connect} s, read timeout {read} s; see "
+        "set_remote_timeouts)",
+        work_item=name,
+        offset=offset,
+    )
 
 
 @runtime_checkable
@@ -121,6 +197,8 @@ class _LocalFile:
             )
 
     def seek(self, offset: int) -> None:
+        if offset == self._pos:
+            return  # e.g. resuming at the start of a pipe, which cannot seek
         with map_io_errors(self._name):
             self._f.seek(offset)
         self._pos = offset
@@ -135,29 +213,37 @@ class _LocalFile:
 class _FsspecFile:
     """A file opened through fsspec (random access by range reads where supported)."""
 
-    __slots__ = ("_f", "_name", "size")
+    __slots__ = ("_f", "_name", "_pos", "size")
 
     def __init__(self, f: Any, name: str | bytes) -> None:
         self._f = f
         self._name = name
+        self._pos = 0
         size = getattr(f, "size", None)
         self.size = size if isinstance(size, int) else None
 
     def read(self, n: int) -> bytes:
-        with map_io_errors(self._name):
-            parts: list[bytes] = []
-            have = 0
-            while have < n:
-                data = self._f.read(n - have)
-                if not data:
-                    break
-                parts.append(bytes(data))
-                have += len(data)
-            return parts[0] if len(parts) == 1 else b"".join(parts)
+        parts: list[bytes] = []
+        have = 0
+        try:
+            with map_io_errors(self._name, offset=self._pos):
+                while have < n:
+                    data = self._f.read(n - have)
+                    if not data:
+                        break
+                    parts.append(bytes(data))
+                    have += len(data)
+        except Exception as exc:
+            if _timed_out(exc):
+                raise _timeout_error(self._name, "reading", self._pos + have) from exc
+            raise
+        self._pos += have
+        return parts[0] if len(parts) == 1 else b"".join(parts)
 
     def seek(self, offset: int) -> None:
         with map_io_errors(self._name):
             self._f.seek(offset)
+        self._pos = offset
 
     def close(self) -> None:
         self._f.close()
@@ -178,15 +264,31 @@ def _open_url(url: str, name: str | bytes) -> RandomAccessFile:
             "pip install 'asyncreader[remote]'",
             work_item=name,
         ) from None
-    with map_io_errors(name):
+    options: dict[str, Any] = {}
+    if scheme is not None and scheme[1].lower() in ("http", "https"):
         try:
-            fs, path = fsspec.core.url_to_fs(url)
-        except (ImportError, ValueError) as exc:
-            raise FailedPreconditionError(
-                f"no filesystem for {url!r}: {exc}", work_item=name
-            ) from exc
-        # Readers read big blocks themselves: no read-ahead cache on top.
-        f = fs.open(path, "rb", block_size=READ_BLOCK, cache_type="none")
+            import aiohttp
+        except ImportError:
+            pass  # fsspec names what is missing below
+        else:
+            connect, read = _timeouts
+            # No total limit (a large file may take long): each wait for the server is.
+            timeout = aiohttp.ClientTimeout(total=None, sock_connect=connect, sock_read=read)
+            options["client_kwargs"] = {"timeout": timeout}
+    try:
+        with map_io_errors(name):
+            try:
+                fs, path = fsspec.core.url_to_fs(url, **options)
+            except (ImportError, ValueError) as exc:
+                raise FailedPreconditionError(
+                    f"no filesystem for {url!r}: {exc}", work_item=name
+                ) from exc
+            # Readers read big blocks themselves: no read-ahead cache on top.
+            f = fs.open(path, "rb", block_size=READ_BLOCK, cache_type="none")
+    except Exception as exc:
+        if _timed_out(exc):
+            raise _timeout_error(name, "opening") from exc
+        raise
     return _FsspecFile(f, name)
 
 

@@ -262,6 +262,9 @@ class FramedReader(ReaderBase):
         self._restart, base = mark
         self._restart_skip = base + skip
 
+    def _start_state(self) -> bytes:
+        return _RESTART.pack(0, self._first_key, 0) + self._config_bytes()
+
     def _chunk_state(self, skip: int) -> bytes:
         position, key = self._restart
         return _RESTART.pack(position, key, self._restart_skip + skip) + self._config_bytes()

@@ -18,6 +18,14 @@ A hook written as a plain function runs on the shared I/O executor (worker threa
 awaited on the event loop. This is decided once per class. The reader holds a lock while a
 hook runs, so one reader never runs two hooks at once (TensorFlow's reader mutex).
 
+A cancelled call never waits for a plain hook's thread: the thread is *abandoned* (a named
+pipe with no writer or a server that never answers would pin it for good). Until it
+returns, the reader runs no other hook: its next operation first waits for it,
+cancellably, then takes its outcome as the cancelled call would have (records it read go to
+the buffer, undelivered; an error is raised), so nothing is lost or delivered twice.
+Closing the reader meanwhile discards the outcome: the thread closes the files it opened
+when it returns.
+
 The built-in file readers use a faster internal path: each executor hop reads a block of
 megabytes and frames it whole, and the parsed records wait in a buffer from which ``read``
 and ``read_up_to`` are served on the event loop without a thread hop. Records still in the
@@ -29,6 +37,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import functools
 import inspect
 import os
 import re
@@ -47,7 +56,7 @@ from .._errors import (
     InvalidArgumentError,
     OutOfRangeError,
 )
-from .._io.executor import run_io
+from .._io.executor import IoCall, run_io_abandoning
 from .._runtime.checkpoint import check_taken_work
 from .._runtime.resources import SharedResource
 from .policy import MAX_DEAD_LETTERS, DeadLetter, ErrorPolicy, OnError, as_policy
@@ -89,6 +98,13 @@ ReadOneResult: TypeAlias = "tuple[bytes, bytes] | tuple[bytes, bytes, bool] | No
 #: What ``read_many`` returns: ``(keys, values, at_end)``.
 ReadManyResult: TypeAlias = tuple[list[bytes], list[bytes], bool]
 
+#: How long shielded cleanup (closing a finished work item's file, dropping an abandoned
+#: item's state) waits for its thread before abandoning it.
+_SHIELD_GRACE: Final = 2.0
+
+#: How long closing a reader waits for a hook thread a cancelled call abandoned.
+_CLOSE_GRACE: Final = 0.5
+
 #: Records a hook reader's saved position is ahead of the state's next record: the prefix
 #: of a hook reader's extra state (see ``serialize_state``).
 _SKIP: Final = struct.Struct("<q")
@@ -125,6 +141,10 @@ class ReaderStatistics:
         closed: Whether :meth:`ReaderBase.aclose` was called.
         errors_skipped: Bad records and work items skipped under ``on_error`` (see
             :attr:`ReaderBase.dead_letters`).
+        abandoned_threads: Worker threads running a hook of this reader that a cancelled
+            call abandoned and that have not returned yet (0 or 1; the reader's next
+            operation waits for it). They do not count against the I/O executor's limit.
+        abandoned_total: Hook calls of this reader abandoned so far.
     """
 
     records_produced: int
@@ -136,6 +156,8 @@ class ReaderStatistics:
     buffered: int
     closed: bool
     errors_skipped: int = 0
+    abandoned_threads: int = 0
+    abandoned_total: int = 0
 
 
 def key_format(prefix: bytes) -> bytes:
@@ -283,6 +305,12 @@ class ReaderBase(SharedResource, ABC):
         # Set by restore_state (synchronous): hook state and files are discarded by the next
         # operation, on the executor.
         self._needs_reset = False
+        # A hook call a cancelled operation abandoned: no other hook may run until it
+        # returns (it works on the reader's file and framer); its outcome is then applied.
+        self._pending: _Pending | None = None
+        self._abandoned_total = 0
+        # Counts restores and resets: an abandoned call's outcome from before is dropped.
+        self._epoch = 0
 
     # -- reading records again by key (asyncreader._readers.reread) ---------------------
 
@@ -374,6 +402,8 @@ class ReaderBase(SharedResource, ABC):
             buffered=self._n - self._pos,
             closed=self._closed,
             errors_skipped=self._skipped,
+            abandoned_threads=int(self._pending is not None and self._pending.call.running),
+            abandoned_total=self._abandoned_total,
         )
 
     @property
@@ -564,7 +594,14 @@ class ReaderBase(SharedResource, ABC):
             return encode_tf_proto(
                 ReaderState(self._started, self._finished, self._produced, self._work)
             )
-        if not in_progress:
+        started = self._started
+        pending = self._pending
+        if pending is not None and pending.kind == "start" and pending.epoch == self._epoch:
+            # The work item just dequeued is still being opened by an abandoned call: save
+            # it as started, at its first record, so that a restore does not lose it.
+            started += 1
+            extra = self._start_state()
+        elif not in_progress:
             extra = b""
         elif self._resume is not None:
             extra = self._resume
@@ -576,7 +613,7 @@ class ReaderBase(SharedResource, ABC):
             extra = _SKIP.pack(self._pushback_base + self._pos) + self._pushback_extra
         else:
             extra = _SKIP.pack(0) + self.serialize_extra()
-        state = ReaderState(self._started, self._finished, self._produced, self._work, extra)
+        state = ReaderState(started, self._finished, self._produced, self._work, extra)
         return encode_native(type(self).__name__, state)
 
     def restore_state(self, state: bytes) -> None:
@@ -679,9 +716,15 @@ class ReaderBase(SharedResource, ABC):
             scope.cancel()
         with anyio.CancelScope(shield=True):
             async with self._lock:
-                await self._call("reset_state")
-                if self._chunked or self._has_open_files():
-                    await run_io(self._close_files)
+                pending, self._pending = self._pending, None
+                if pending is not None:
+                    # A call that is merely slow is let finish, so that its files are
+                    # closed when aclose returns; one blocked for good is left to close
+                    # them itself when it returns.
+                    with anyio.move_on_after(_CLOSE_GRACE):
+                        await pending.call.wait()
+                if pending is None or not pending.call.discard():
+                    await self._drop_work_state()
 
     async def _session_close(self) -> None:
         await self.aclose()
@@ -715,7 +758,130 @@ class ReaderBase(SharedResource, ABC):
         fn = getattr(self, hook)
         if hook in self._async_hooks:
             return await fn(*args)
-        return await run_io(fn, *args)
+        return await self._run_blocking(fn, *args)
+
+    async def _run_blocking(self, fn: Callable[..., T], *args: Any) -> T:
+        """Run ``fn(*args)`` on the I/O executor; a cancellation abandons a blocked thread.
+
+        An abandoned call is noted in ``_pending``: the hook's objects must not be touched
+        until it returns. The caller's handler says what its outcome means (``kind``); the
+        next operation waits for it and applies it (:meth:`_resolve_pending`).
+        """
+        call = IoCall(functools.partial(fn, *args), self._release_abandoned)
+        try:
+            return await run_io_abandoning(call)
+        except BaseException:
+            if call.abandoned:
+                self._pending = _Pending(call, self._epoch)
+                self._abandoned_total += 1
+            raise
+
+    def _note_pending(self, kind: str, *info: Any) -> bool:
+        """Say what the outcome of the call just abandoned (if any) means; the innermost
+        handler speaks. Return whether a call was abandoned."""
+        pending = self._pending
+        if pending is None:
+            return False
+        if pending.kind is None:
+            pending.kind, pending.info = kind, info
+        return True
+
+    def _release_abandoned(self) -> None:
+        """Drop what an abandoned, discarded hook left (on its thread, once it returned)."""
+        try:
+            if "reset_state" not in self._async_hooks:
+                self.reset_state()
+        finally:
+            if self._chunked or self._has_open_files():
+                self._close_files()
+
+    async def _resolve_pending(self, *, apply: bool = True) -> None:
+        """Wait (cancellably) for an abandoned hook call, then apply its outcome (unless
+        ``apply`` is false: the caller drops the work item anyway)."""
+        pending = self._pending
+        if pending is None:
+            return
+        await pending.call.wait()
+        self._pending = None
+        if not apply or pending.epoch != self._epoch or pending.kind is None:
+            # Dropped, restored since (its state is gone), or nothing to apply.
+            self._needs_reset = self._needs_reset or not apply
+            return
+        call, info = pending.call, pending.info
+        if pending.kind == "start":
+            try:
+                call.outcome()
+            except Exception as exc:
+                self._errors += 1
+                await self._abandon()
+                if isinstance(exc, AsyncReaderError) and self._skip(exc, rest=True):
+                    return
+                raise
+            self._started += 1
+        elif pending.kind == "resume":
+            # Stopped part-way: drop what it did; the next read resumes from the start.
+            await self._abandon()
+        elif pending.kind == "fill":
+            try:
+                keys, values, at_end = call.outcome()
+            except Exception as exc:
+                await self._fill_failed(exc)
+                return
+            self._buffer_more(keys, values, at_end)
+        elif pending.kind == "skip_bad":
+            await self._after_skip_bad(info[0], call.outcome())
+        elif pending.kind == "records":
+            hook, n, mark = info
+            try:
+                if hook == "read_one":
+                    key, value, at_end = self._check_one(call.outcome())
+                    keys = [] if key is None or value is None else [key]
+                    values = [] if key is None or value is None else [value]
+                else:
+                    keys, values, at_end = self._check_many(call.outcome(), n)
+            except AsyncReaderError as exc:
+                self._errors += 1
+                if not self._skip(exc, rest=True):
+                    raise
+                keys, values, at_end = [], [], True  # the rest is skipped
+            if self._pos >= self._n:
+                self._reset_buffer()
+                self._pushback_extra, self._pushback_base = mark
+            self._buffer_more(keys, values, at_end)
+
+    def _buffer_more(self, keys: list[bytes], values: list[bytes], at_end: bool) -> None:
+        """Append records an abandoned call read to the (undelivered) buffer."""
+        i = self._pos
+        if i:
+            # Drop the delivered head of the buffer; saved state still counts it.
+            if self._chunked:
+                self._restart_skip_add(i)
+            else:
+                self._pushback_base += i
+            keys = self._keys[i : self._n] + keys
+            values = self._values[i : self._n] + values
+        elif self._n:
+            keys = self._keys + keys
+            values = self._values + values
+        self._keys, self._values, self._pos, self._n = keys, values, 0, len(keys)
+        self._at_end = at_end
+
+    def _restart_skip_add(self, n: int) -> None:
+        """The buffer's first ``n`` records are dropped: move the chunk mark past them."""
+        mark, skip = self._chunk_mark()
+        self._rewind(mark, skip + n)
+
+    async def _drop_work_state(self) -> None:
+        """Run ``reset_state`` and close the files: shielded, but never waiting for good."""
+        with anyio.CancelScope(shield=True) as scope:
+            scope.deadline = anyio.current_time() + _SHIELD_GRACE
+            try:
+                await self._call("reset_state")
+            finally:
+                if self._pending is None and (self._chunked or self._has_open_files()):
+                    await self._run_blocking(self._close_files)
+        if scope.cancelled_caught:
+            self._needs_reset = True  # the next operation tries again
 
     async def _locked(self, fn: Callable[..., Awaitable[T]], *args: Any) -> T:
         self._check_open()
@@ -725,6 +891,7 @@ class ReaderBase(SharedResource, ABC):
             with scope:
                 async with self._lock:
                     self._check_open()
+                    await self._resolve_pending(apply=fn != self._reset_locked)
                     if self._needs_reset:
                         self._needs_reset = False
                         await self._abandon()
@@ -756,6 +923,8 @@ class ReaderBase(SharedResource, ABC):
             try:
                 await self._call("on_work_started", work)
             except BaseException as exc:
+                if self._note_pending("start"):
+                    raise  # the next operation takes the outcome of the open
                 if isinstance(exc, Exception):
                     self._errors += 1
                 await self._abandon()
@@ -801,6 +970,8 @@ class ReaderBase(SharedResource, ABC):
                 await self._call("restore_extra", extra[_SKIP.size :])
                 await self._skip_records(skip)
         except BaseException as exc:
+            if self._note_pending("resume"):
+                raise  # the next read resumes from the same point
             if isinstance(exc, Exception):
                 self._errors += 1
             # As for a work item that failed to start: it is abandoned.
@@ -824,18 +995,19 @@ class ReaderBase(SharedResource, ABC):
                 break
 
     async def _abandon(self) -> None:
-        with anyio.CancelScope(shield=True):
-            try:
-                await self._call("reset_state")
-            finally:
-                if self._chunked or self._has_open_files():
-                    await run_io(self._close_files)
+        if self._pending is not None:
+            # A hook's thread still works on the state: the next operation drops it.
+            self._needs_reset = True
+            return
+        await self._drop_work_state()
 
     async def _finish_work(self) -> None:
         self._reset_buffer()
         # Shielded: once a work item's last record is in hand the file is closed, however
-        # the caller is cancelled meanwhile (the hook is short).
-        with anyio.CancelScope(shield=True):
+        # the caller is cancelled meanwhile (the hook is short; a thread blocked past the
+        # grace period is abandoned and closes the file when it returns).
+        with anyio.CancelScope(shield=True) as scope:
+            scope.deadline = anyio.current_time() + _SHIELD_GRACE
             try:
                 await self._call("on_work_finished")
             except Exception:
@@ -843,6 +1015,8 @@ class ReaderBase(SharedResource, ABC):
                 raise
             finally:
                 self._finished = self._started
+        if scope.cancelled_caught:
+            self._needs_reset = True  # the next operation closes what is still open
 
     def _put_back(self, keys: list[bytes], values: list[bytes], mark: tuple[Any, int]) -> None:
         """Return records a failed or cancelled call had taken to the front of the buffer.
@@ -870,6 +1044,12 @@ class ReaderBase(SharedResource, ABC):
         in_progress = self._finished < self._started
         return (self.serialize_extra() if in_progress else None), 0
 
+    def _start_state(self) -> bytes:
+        """Return the extra state of the current work item's first record."""
+        if self._chunked:
+            raise NotImplementedError
+        return _SKIP.pack(0) + self.serialize_extra()
+
     def _chunk_mark(self) -> Any:
         """Return the restart point of the current chunk (chunked readers)."""
         raise NotImplementedError
@@ -887,28 +1067,46 @@ class ReaderBase(SharedResource, ABC):
         self._reset_buffer()
         self._before_fill()
         try:
-            keys, values, at_end = await run_io(self._fill)
-        except OutOfRangeError as exc:
+            keys, values, at_end = await self._run_blocking(self._fill)
+        except Exception as exc:
+            await self._fill_failed(exc)
+            return
+        except BaseException:
+            self._note_pending("fill")
+            raise
+        self._keys, self._values, self._n = keys, values, len(keys)
+        self._at_end = at_end
+
+    async def _fill_failed(self, exc: Exception) -> None:
+        """Handle an error of :meth:`_fill`: skip what the policy allows, else raise."""
+        if isinstance(exc, OutOfRangeError):
             # A file too short for its header: skipped as if it had never started (Q4).
             self._errors += 1
             self._started = self._finished
             await self._abandon()
             if self._skip(exc, rest=True):
                 return
+            raise exc
+        if not isinstance(exc, AsyncReaderError):
+            raise exc
+        self._errors += 1
+        if not self._policy.skip:
+            raise exc
+        try:
+            skipped = await self._run_blocking(self._skip_bad_record)
+        except BaseException:
+            self._note_pending("skip_bad", exc)
             raise
-        except AsyncReaderError as exc:
-            self._errors += 1
-            if not self._policy.skip:
-                raise
-            if await run_io(self._skip_bad_record):
-                if self._skip(exc, rest=False):
-                    return  # the next refill reads on after the bad record
-            elif self._skip(exc, rest=True):
-                self._at_end = True  # the rest of the work item is lost
-                return
-            raise
-        self._keys, self._values, self._n = keys, values, len(keys)
-        self._at_end = at_end
+        await self._after_skip_bad(exc, skipped)
+
+    async def _after_skip_bad(self, exc: AsyncReaderError, skipped: bool) -> None:
+        if skipped:
+            if self._skip(exc, rest=False):
+                return  # the next refill reads on after the bad record
+        elif self._skip(exc, rest=True):
+            self._at_end = True  # the rest of the work item is lost
+            return
+        raise exc
 
     def _contract_error(self, hook: str, result: object) -> AsyncReaderError:
         return AsyncReaderError(
@@ -928,6 +1126,10 @@ class ReaderBase(SharedResource, ABC):
         except AsyncReaderError:
             self._errors += 1
             raise
+        return self._check_one(result)
+
+    def _check_one(self, result: Any) -> tuple[bytes | None, bytes | None, bool]:
+        """Check what ``read_one`` returned; return ``(key, value, at_end)``."""
         if result is None:
             return None, None, True
         if type(result) is tuple and len(result) in (2, 3):
@@ -963,10 +1165,18 @@ class ReaderBase(SharedResource, ABC):
                 else:
                     await self._refill()
                 continue
+            if self._at_end:
+                await self._finish_work()  # records an abandoned call read ended the item
+                continue
             mark = self._mark()
             try:
                 key, value, at_end = await self._read_one_hook()
-            except AsyncReaderError as exc:
+            except BaseException as exc:
+                if self._note_pending("records", "read_one", 1, mark) or not isinstance(
+                    exc, AsyncReaderError
+                ):
+                    raise
+
                 if not self._skip(exc, rest=True):
                     raise
                 key = value = None  # the rest of the work item is skipped
@@ -1028,8 +1238,17 @@ class ReaderBase(SharedResource, ABC):
                     else:
                         await self._refill()
                     continue
+                if self._at_end:
+                    # Records an abandoned call read ended the work item.
+                    if keys:
+                        await checkpoint_if_cancelled()
+                    await self._finish_work()
+                    if keys:
+                        return keys, values
+                    continue
                 if not keys:
                     mark = self._mark()
+                hook_mark = (mark[0], mark[1] + len(keys))
                 try:
                     if self._has_read_many:
                         got_k, got_v, at_end = await self._read_many_hook(n - len(keys))
@@ -1037,8 +1256,12 @@ class ReaderBase(SharedResource, ABC):
                         key, value, at_end = await self._read_one_hook()
                         got_k = [] if key is None else [key]
                         got_v = [] if value is None else [value]
-                except AsyncReaderError as exc:
-                    if not self._skip(exc, rest=True):
+                except BaseException as exc:
+                    hook = "read_many" if self._has_read_many else "read_one"
+                    n_asked = n - len(keys)
+                    if self._note_pending("records", hook, n_asked, hook_mark):
+                        raise
+                    if not isinstance(exc, AsyncReaderError) or not self._skip(exc, rest=True):
                         raise
                     got_k, got_v, at_end = [], [], True  # the rest is skipped
                 self._produced += len(got_k)
@@ -1071,6 +1294,10 @@ class ReaderBase(SharedResource, ABC):
         except AsyncReaderError:
             self._errors += 1
             raise
+        return self._check_many(result, n)
+
+    def _check_many(self, result: Any, n: int) -> tuple[list[bytes], list[bytes], bool]:
+        """Check what ``read_many(n)`` returned."""
         if type(result) is tuple and len(result) == 3:
             keys, values, at_end = result
             if (
@@ -1084,10 +1311,8 @@ class ReaderBase(SharedResource, ABC):
 
     async def _reset_locked(self) -> None:
         try:
-            await self._call("reset_state")
+            await self._abandon()
         finally:
-            if self._chunked or self._has_open_files():
-                await run_io(self._close_files)
             self._reset_sync()
 
     def _reset_sync(self) -> None:
@@ -1095,7 +1320,24 @@ class ReaderBase(SharedResource, ABC):
         self._started = self._finished = self._produced = 0
         self._work = b""
         self._resume = None
+        self._epoch += 1
         self._reset_buffer()
+
+
+@dataclasses.dataclass(slots=True)
+class _Pending:
+    """A hook call a cancelled operation abandoned (see ``ReaderBase._run_blocking``).
+
+    ``kind`` says how the next operation applies its outcome: ``"start"`` (the work item
+    just dequeued was being opened), ``"resume"``, ``"fill"`` (a chunk),
+    ``"skip_bad"`` (``info``: the framing error), ``"records"`` (``info``: the hook, how
+    many records were asked for, and the mark of the first); ``None``: nothing to apply.
+    """
+
+    call: IoCall[Any]
+    epoch: int
+    kind: str | None = None
+    info: tuple[Any, ...] = ()
 
 
 class WorkItemKeys:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import shutil
 import socket
 import subprocess
+import threading
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -182,3 +183,131 @@ async def test_http_records_are_read_again_by_key_with_range_reads(
     by_offset = {reader._split_key(k)[1]: v for k, v in records}
     assert got == [by_offset[o] for o in wanted]
     assert b'" 206 ' in log.read_bytes()[size_before:]  # seeked to them: range requests
+
+
+class _SilentServer:
+    """A loopback HTTP server that accepts connections and then never answers; with
+    ``head_size`` it answers ``HEAD`` (that size) and stays silent on every ``GET``.
+
+    It stops by itself after ``lifetime`` seconds, or when closed.
+    """
+
+    def __init__(self, head_size: int | None = None, lifetime: float = 20.0) -> None:
+        self.head_size = head_size
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.sock.settimeout(0.05)
+        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}/data.txt"
+        self.accepted = 0
+        self.stop = threading.Event()
+        self.deadline = time.monotonic() + lifetime
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    def _serve(self) -> None:
+        held: list[socket.socket] = []
+        try:
+            while not self.stop.is_set() and time.monotonic() < self.deadline:
+                try:
+                    conn, _ = self.sock.accept()
+                except TimeoutError:
+                    self._answer_heads(held)
+                    continue
+                self.accepted += 1
+                conn.settimeout(0.05)
+                held.append(conn)
+                self._answer_heads(held)
+        finally:
+            for conn in held:
+                conn.close()
+            self.sock.close()
+
+    def _answer_heads(self, held: list[socket.socket]) -> None:
+        if self.head_size is None:
+            return  # silent on everything
+        for conn in held:
+            try:
+                request = conn.recv(4096)
+            except (TimeoutError, OSError):
+                continue
+            if request.startswith(b"HEAD "):
+                conn.sendall(
+                    b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n"
+                    b"Accept-Ranges: bytes\r\n\r\n" % self.head_size
+                )
+
+    def close(self) -> None:
+        self.stop.set()
+        self.thread.join(timeout=5)
+
+
+@pytest.fixture
+def short_timeouts() -> Iterator[None]:
+    ar.set_remote_timeouts(connect=1.0, read=0.5)
+    try:
+        yield
+    finally:
+        ar.set_remote_timeouts()
+
+
+@pytest.mark.both_backends
+@pytest.mark.usefixtures("short_timeouts")
+async def test_http_server_that_never_answers_fails_the_open_with_the_url() -> None:
+    server = _SilentServer()
+    try:
+        async with ar.TextLineReader() as reader:
+            start = time.monotonic()
+            with anyio.fail_after(10):
+                with pytest.raises(ar.FailedPreconditionError, match="timed out opening") as info:
+                    await reader.read(await work_queue([server.url]))
+            assert time.monotonic() - start < 5
+            assert info.value.work_item == server.url.encode()
+            assert server.url in str(info.value)
+            assert server.accepted >= 1
+    finally:
+        server.close()
+
+
+@pytest.mark.both_backends
+@pytest.mark.usefixtures("short_timeouts")
+async def test_http_read_the_server_never_answers_fails_with_the_url() -> None:
+    server = _SilentServer(head_size=1000)
+    try:
+        async with ar.TextLineReader() as reader:
+            with anyio.fail_after(10):
+                with pytest.raises(ar.FailedPreconditionError, match="timed out reading") as info:
+                    await reader.read(await work_queue([server.url]))
+            assert info.value.work_item == server.url.encode()
+            assert info.value.offset == 0
+    finally:
+        server.close()
+
+
+@pytest.mark.both_backends
+async def test_cancelling_a_read_from_a_silent_server_returns_promptly() -> None:
+    # Default timeouts (a minute): only the cancellation can end this read in time.
+    server = _SilentServer(lifetime=10.0)
+    try:
+        async with ar.TextLineReader() as reader:
+            start = time.monotonic()
+            with pytest.raises(TimeoutError):
+                with anyio.fail_after(0.5):
+                    await reader.read(await work_queue([server.url]))
+            assert time.monotonic() - start < 2.5
+            assert reader.statistics().abandoned_threads == 1
+    finally:
+        server.close()  # the open fails now; the abandoned thread returns
+
+
+def test_remote_timeouts_are_checked() -> None:
+    from asyncreader._io.filesystem import remote_timeouts
+
+    with pytest.raises(ar.InvalidArgumentError, match="read timeout"):
+        ar.set_remote_timeouts(read=0)
+    with pytest.raises(ar.InvalidArgumentError, match="connect timeout"):
+        ar.set_remote_timeouts(connect="1")  # type: ignore[arg-type]
+    assert remote_timeouts() == (30.0, 60.0)
+    ar.set_remote_timeouts(connect=None, read=5)
+    try:
+        assert remote_timeouts() == (None, 5.0)
+    finally:
+        ar.set_remote_timeouts()
