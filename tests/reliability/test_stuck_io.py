@@ -468,3 +468,34 @@ async def test_leaving_a_session_whose_restore_rereads_from_a_stalled_file(
     assert time.monotonic() - start < 0.3 + PROMPT
     assert abandoned_io()[0] == 1
     await _unblock_and_check_closed(fifo)
+
+
+async def test_resuming_a_pipe_part_way_is_a_failed_precondition(
+    fifo: Path, tmp_path: Path
+) -> None:
+    path = tmp_path / "lines.txt"
+    line = b"x" * (64 << 10) + b"\n"
+    path.write_bytes(line * 100)  # more than one block: the state's position is past 0
+    async with ar.TextLineReader() as first:
+        with anyio.fail_after(5):
+            queue = await _work(str(path))
+            for _ in range(90):
+                await first.read(queue)
+        state = first.serialize_state()
+    # The work item is now a pipe: the restored reader cannot seek to its position.
+    path.unlink()
+    path.symlink_to(fifo)
+    async with ar.TextLineReader() as second:
+        second.restore_state(state)
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(anyio.to_thread.run_sync, _write_fifo, fifo, b"")
+            with anyio.fail_after(5), pytest.raises(ar.FailedPreconditionError) as info:
+                await second.read(await _work())
+        assert "does not support seeking" in str(info.value)
+        assert info.value.work_item == os.fsencode(path)
+        assert isinstance(info.value.offset, int)
+        assert info.value.offset > 0
+        # As a work item that fails to start, it is abandoned.
+        with anyio.fail_after(5), pytest.raises(ar.OutOfRangeError):
+            await second.read(await _work())
+    assert await anyio.to_thread.run_sync(_open_fds, fifo) == 0
