@@ -499,3 +499,27 @@ async def test_resuming_a_pipe_part_way_is_a_failed_precondition(
         with anyio.fail_after(5), pytest.raises(ar.OutOfRangeError):
             await second.read(await _work())
     assert await anyio.to_thread.run_sync(_open_fds, fifo) == 0
+
+
+async def test_leaving_a_session_closes_stuck_readers_at_once(fifo: Path) -> None:
+    """Closing a reader waits half a second for its abandoned thread: a session closes its
+    readers together, so leaving it takes that long whatever their number."""
+    readers = 4
+    with anyio.fail_after(10):
+        async with ar.Session():
+            stuck = [ar.TextLineReader() for _ in range(readers)]
+            async with anyio.create_task_group() as tg:
+                for reader in stuck:
+                    queue = await _work(str(fifo))
+
+                    async def read(reader: ar.TextLineReader, queue: ar.FIFOQueue) -> None:
+                        with anyio.move_on_after(0.3):
+                            await reader.read(queue)
+
+                    tg.start_soon(read, reader, queue)
+            assert [r.statistics().abandoned_threads for r in stuck] == [1] * readers
+            start = time.monotonic()
+        elapsed = time.monotonic() - start
+    assert all(r.statistics().closed for r in stuck)
+    assert elapsed < 1.5  # one after another: 4 x 0.5 s
+    await _unblock_and_check_closed(fifo)
