@@ -18,6 +18,9 @@ the connection and never answers fails the open or the read with a
 
 from __future__ import annotations
 
+import contextlib
+import errno
+import io
 import os
 import re
 from typing import TYPE_CHECKING, Any, Final, Protocol, runtime_checkable
@@ -30,6 +33,7 @@ from .._errors import (
 )
 
 if TYPE_CHECKING:
+    from collections.abc import Iterator
     from typing import TypeAlias
 
 __all__ = [
@@ -124,8 +128,9 @@ class RandomAccessFile(Protocol):
     """An open, readable, seekable file as the readers use it.
 
     ``read(n)`` returns exactly ``n`` bytes unless the end of the file comes first (a short
-    result means end of file); ``seek(offset)`` moves to an absolute offset; ``size`` is
-    the file's length when known; ``close()`` is idempotent.
+    result means end of file); ``seek(offset)`` moves to an absolute offset (a file that
+    cannot seek, such as a pipe, raises :class:`~asyncreader.FailedPreconditionError`);
+    ``size`` is the file's length when known; ``close()`` is idempotent.
     """
 
     @property
@@ -145,6 +150,30 @@ def is_url(work: WorkItem) -> bool:
     if isinstance(work, str):
         return _SCHEME.match(work) is not None
     return False
+
+
+@contextlib.contextmanager
+def _seeking(name: str | bytes, offset: int) -> Iterator[None]:
+    """Map the errors of a seek to ``offset``; a file that cannot seek (a pipe, a stream)
+    is :class:`FailedPreconditionError` naming it, not a bare ``OSError``."""
+    try:
+        with map_io_errors(name, offset=offset):
+            yield
+    except io.UnsupportedOperation as exc:
+        raise _unseekable(name, offset) from exc
+    except OSError as exc:
+        if exc.errno != errno.ESPIPE:
+            raise
+        raise _unseekable(name, offset) from exc
+
+
+def _unseekable(name: str | bytes, offset: int) -> FailedPreconditionError:
+    return FailedPreconditionError(
+        f"cannot resume at offset {offset}: the work item does not support seeking (a pipe "
+        "or a stream can only be read from its start)",
+        work_item=name,
+        offset=offset,
+    )
 
 
 class _LocalFile:
@@ -199,7 +228,7 @@ class _LocalFile:
     def seek(self, offset: int) -> None:
         if offset == self._pos:
             return  # e.g. resuming at the start of a pipe, which cannot seek
-        with map_io_errors(self._name):
+        with _seeking(self._name, offset):
             self._f.seek(offset)
         self._pos = offset
 
@@ -241,7 +270,7 @@ class _FsspecFile:
         return parts[0] if len(parts) == 1 else b"".join(parts)
 
     def seek(self, offset: int) -> None:
-        with map_io_errors(self._name):
+        with _seeking(self._name, offset):
             self._f.seek(offset)
         self._pos = offset
 

@@ -108,6 +108,9 @@ _CLOSE_GRACE: Final = 0.5
 #: Records a hook reader's saved position is ahead of the state's next record: the prefix
 #: of a hook reader's extra state (see ``serialize_state``).
 _SKIP: Final = struct.Struct("<q")
+#: How a session checkpoint holds the state of a reader with TensorFlow's state format whose
+#: work item is in progress: ``{_IN_PROGRESS: state in asyncreader's format}``.
+_IN_PROGRESS: Final = "in_progress"
 
 _HOOKS: Final = (
     "on_work_started",
@@ -589,14 +592,17 @@ class ReaderBase(SharedResource, ABC):
             FailedPreconditionError: the reader is closed.
         """
         self._check_open()
-        in_progress = self._finished < self._started
         if self._tf_state:
             return encode_tf_proto(
                 ReaderState(self._started, self._finished, self._produced, self._work)
             )
+        return self._native_state()
+
+    def _native_state(self) -> bytes:
+        """Return the state in asyncreader's format, with the work item in progress."""
+        in_progress = self._finished < self._started
         started = self._started
-        pending = self._pending
-        if pending is not None and pending.kind == "start" and pending.epoch == self._epoch:
+        if self._opening():
             # The work item just dequeued is still being opened by an abandoned call: save
             # it as started, at its first record, so that a restore does not lose it.
             started += 1
@@ -624,7 +630,8 @@ class ReaderBase(SharedResource, ABC):
         readers that use asyncreader's format: the next read reopens the item and seeks
         (compressed files are inflated again from the start and the records before the
         position skipped). WholeFileReader and IdentityReader keep TensorFlow's rules and
-        reject it.
+        reject it (a :class:`~asyncreader.Session` checkpoint still saves and restores
+        their work item in progress, in asyncreader's format).
 
         Args:
             state: Bytes from :meth:`serialize_state`.
@@ -635,6 +642,10 @@ class ReaderBase(SharedResource, ABC):
                 format) has work in progress. The reader is reset then.
             FailedPreconditionError: the reader is closed, or an operation is running.
         """
+        self._restore(state, native=False)
+
+    def _restore(self, state: object, *, native: bool) -> None:
+        """Restore ``state``; ``native``: in asyncreader's format whatever the reader."""
         self._check_open()
         if self._lock.locked():
             raise FailedPreconditionError(
@@ -644,7 +655,7 @@ class ReaderBase(SharedResource, ABC):
             raise InvalidArgumentError(f"Reader state must be bytes, not {type(state).__name__}")
         data = bytes(state)
         try:
-            parsed = self._parse_state(data)
+            parsed = self._parse_state(data, native=native)
         except InvalidArgumentError:
             self._reset_sync()
             self._needs_reset = True
@@ -658,14 +669,41 @@ class ReaderBase(SharedResource, ABC):
         if parsed.work_finished < parsed.work_started:
             self._resume = parsed.extra
 
-    def _checkpoint_save(self) -> bytes:
+    def _checkpoint_save(self) -> Any:
+        if self._tf_state and (self._finished < self._started or self._opening()):
+            # TensorFlow's format cannot hold a work item in progress (its restore refuses
+            # one): a session checkpoint saves it in asyncreader's format, so that the
+            # restored reader retries that item instead of losing it.
+            self._check_open()
+            return {_IN_PROGRESS: self._native_state()}
         return self.serialize_state()
 
-    def _checkpoint_restore(self, state: Any) -> None:
-        self.restore_state(state)
+    def _checkpoint_restore(self, tree: Any) -> None:
+        native = self._is_native_tree(tree)
+        self._restore(tree[_IN_PROGRESS] if native else tree, native=native)
 
-    def _parse_state(self, data: bytes) -> ReaderState:
-        if self._tf_state:
+    def _checkpoint_work(self, tree: Any) -> bytes:
+        """Return the work item a session checkpoint's tree would make the reader read.
+
+        Raises:
+            InvalidArgumentError: the tree is not a state of this reader.
+        """
+        native = self._is_native_tree(tree)
+        data = tree[_IN_PROGRESS] if native else tree
+        if not isinstance(data, bytes):
+            raise InvalidArgumentError(f"Reader state must be bytes, not {type(data).__name__}")
+        return self._parse_state(data, native=native).current_work
+
+    def _is_native_tree(self, tree: Any) -> bool:
+        return self._tf_state and isinstance(tree, dict) and set(tree) == {_IN_PROGRESS}
+
+    def _opening(self) -> bool:
+        """Whether an abandoned call still opens the work item just dequeued."""
+        pending = self._pending
+        return pending is not None and pending.kind == "start" and pending.epoch == self._epoch
+
+    def _parse_state(self, data: bytes, *, native: bool = False) -> ReaderState:
+        if self._tf_state and not native:
             try:
                 parsed = decode_tf_proto(data)
             except ValueError:
@@ -685,7 +723,7 @@ class ReaderBase(SharedResource, ABC):
                 f"{parsed.debug_string()}"
             )
         if parsed.work_started < parsed.work_finished or (
-            self._tf_state and parsed.work_started > parsed.work_finished
+            self._tf_state and not native and parsed.work_started > parsed.work_finished
         ):
             raise InvalidArgumentError(
                 "Inconsistent work started vs. finished when restoring in "

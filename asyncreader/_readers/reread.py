@@ -12,10 +12,14 @@ How a file is read depends on the format (the reader's ``_reread``): uncompresse
 and fixed-length files seek to each record (reading on through gaps shorter than a seek is
 worth); text lines and compressed files are framed once from the start up to the last
 record wanted.
+
+A re-read blocked for good (a stalled mount, a named pipe) does not hold up the session:
+a cancellation abandons its thread, which closes the file when it returns.
 """
 
 from __future__ import annotations
 
+import functools
 from typing import TYPE_CHECKING
 
 import anyio
@@ -23,7 +27,7 @@ import numpy as np
 
 from .._errors import DataLossError
 from .._io.crc import crc32c_bytes
-from .._io.executor import run_io
+from .._io.executor import IoCall, run_io_abandoning
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -71,7 +75,9 @@ async def reread(
         mine = records[refs]
         try:
             if reader._reread_blocks:
-                found = await run_io(_reread_checked, reader, work, mine, crcs[refs])
+                # Abandoned on cancellation: _reread closes what it opened when it returns.
+                call = IoCall(functools.partial(_reread_checked, reader, work, mine, crcs[refs]))
+                found = await run_io_abandoning(call)
             else:
                 found = _reread_checked(reader, work, mine, crcs[refs])
         except Exception as exc:

@@ -23,7 +23,9 @@ class WholeFileReader(WorkItemKeys, ReaderBase):
     the work item stays in progress, so every later read fails the same way until
     :meth:`reset` (SPEC §3.3). ``on_error="skip"`` skips such a file instead (into
     :attr:`dead_letters`). State is TensorFlow's ``ReaderBaseState``, interchangeable with
-    ``tf.compat.v1.WholeFileReader``.
+    ``tf.compat.v1.WholeFileReader``; like TensorFlow's, it cannot be restored with a work
+    item in progress, but a :class:`~asyncreader.Session` checkpoint saves such an item
+    and the restored reader retries it.
 
     Args:
         name: The reader's name in messages.

@@ -16,7 +16,7 @@ import anyio
 import anyio.lowlevel
 
 from .._errors import InvalidArgumentError, map_io_errors
-from .._io.executor import run_io
+from .._io.executor import IoCall, run_io, run_io_abandoning
 from . import _files
 from ._framer import DEFAULT_MAX_RECORD_BYTES, check_max_record_bytes
 from .compression import TFRecordCompressionType, parse_compression_type
@@ -165,15 +165,23 @@ class AsyncTFRecordIterator:
     Returned by :func:`async_tf_record_iterator`. The file is opened by the first step, on
     a worker thread; it closes at the end of iteration, on :meth:`aclose` or when leaving an
     ``async with`` block.
+
+    A cancelled step returns at once, even if its thread is blocked (a named pipe with no
+    writer, a stalled mount): the thread is abandoned. The next step waits for it
+    (cancellably) and takes what it read, so no record is lost; :meth:`aclose` meanwhile
+    leaves the thread to close the file when it returns.
     """
 
-    __slots__ = ("_i", "_opened", "_source", "_values")
+    __slots__ = ("_closed", "_i", "_opened", "_pending", "_source", "_values")
 
     def __init__(self, source: _Source) -> None:
         self._source = source
         self._values: list[bytes] = []
         self._i = 0
         self._opened = False
+        self._closed = False
+        # A step a cancellation abandoned, whose thread may still use the source.
+        self._pending: IoCall[list[bytes] | None] | None = None
 
     def __aiter__(self) -> Self:
         return self
@@ -185,10 +193,21 @@ class AsyncTFRecordIterator:
             await anyio.lowlevel.checkpoint_if_cancelled()
             self._i = i + 1
             return self._values[i]
-        if not self._opened:
-            self._opened = True
-            await run_io(self._source.open)
-        values = await run_io(self._source.next_block)
+        if self._closed:
+            raise StopAsyncIteration
+        pending = self._pending
+        if pending is not None:
+            await pending.wait()
+            self._pending = None
+            values = pending.outcome()
+        else:
+            call = IoCall(self._step, self._source.close)
+            try:
+                values = await run_io_abandoning(call)
+            except BaseException:
+                if call.abandoned:
+                    self._pending = call
+                raise
         if values is None:
             self._values = []
             raise StopAsyncIteration
@@ -196,10 +215,24 @@ class AsyncTFRecordIterator:
         self._i = 1
         return values[0]
 
+    def _step(self) -> list[bytes] | None:
+        """Open the file on the first step, then read the next block (on a worker thread)."""
+        if not self._opened:
+            self._opened = True
+            self._source.open()
+        return self._source.next_block()
+
     async def aclose(self) -> None:
-        """Close the file on a worker thread; iteration then ends. Idempotent."""
-        self._opened = True
+        """Close the file on a worker thread; iteration then ends. Idempotent.
+
+        A step's thread still blocked is not waited for: it closes the file when it
+        returns.
+        """
         self._values = []
+        self._closed = self._opened = True
+        pending, self._pending = self._pending, None
+        if pending is not None and pending.discard():
+            return  # its thread closes the file
         with anyio.CancelScope(shield=True):
             await run_io(self._source.close)
 

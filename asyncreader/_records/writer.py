@@ -76,6 +76,12 @@ class TFRecordWriter:
     ``with`` / ``async with`` block, or closing. Constructing the writer touches nothing,
     so it may be built on the event loop.
 
+    The async methods write on the shared I/O executor and, unlike reads, are not
+    abandoned when cancelled: a cancelled write or close waits for its thread, so that the
+    file is never left half-written by a thread nobody waits for. The path is one the
+    program chose to write, not input from elsewhere; don't point it at a named pipe or
+    a mount that may stall.
+
     Usage::
 
         with ar.TFRecordWriter("train.tfrecord") as w:

@@ -330,9 +330,9 @@ class Checkpointer:
 
     def _vet(self, kind: str, key: str, obj: Any, saved: Any) -> None:
         """Check the work items a component's saved state would make it read."""
-        if kind == "reader" and isinstance(saved, bytes):
+        if kind == "reader":
             try:
-                work = obj._parse_state(saved).current_work
+                work = obj._checkpoint_work(saved)
             except InvalidArgumentError:
                 return  # the restore itself rejects the state
             if work:

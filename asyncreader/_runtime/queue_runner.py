@@ -89,7 +89,9 @@ class QueueRunner:
         close_op: Async callable that closes the queue when the last task ended cleanly;
             defaults to ``queue.close()``.
         cancel_op: Async callable that closes the queue on a stop request; defaults to
-            ``queue.close(cancel_pending_enqueues=True)``.
+            ``queue.close(cancel_pending_enqueues=True)``. As in TensorFlow, an error of
+            either close is ignored: it is not raised, does not request a stop and is not
+            in :attr:`exceptions_raised`.
         queue_closed_exception_types: Exception types that end a task quietly. ``None``
             means ``(OutOfRangeError, QueueClosedError)``; TensorFlow's default is
             ``OutOfRangeError`` alone, because its enqueue into a closed queue reports

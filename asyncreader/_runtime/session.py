@@ -12,7 +12,7 @@ them. ``async with ar.Session() as sess:`` does the same for a block of async co
   does not keep objects alive that nothing else uses).
 
 Leaving the block, or ``await sess.close()``, requests a stop, waits for the coordinator's
-tasks, then closes every tracked resource still alive (queues with
+tasks, then closes every tracked resource still alive, together (queues with
 ``cancel_pending_enqueues=True``, readers' open files) under a shielded scope and clears the
 resource manager. Operations still blocked on those queues in other tasks end with a clear
 error (a dequeue gets :class:`~asyncreader.OutOfRangeError`, an enqueue
@@ -206,7 +206,8 @@ class Session:
 
         Requests a stop, cancels calls running through :meth:`run`, waits for the
         coordinator's tasks to end (other than the caller, when a task of the session calls
-        it), closes every tracked resource and clears :attr:`resources`. The waiting and
+        it), closes every tracked resource (concurrently: readers stuck in blocked threads
+        take half a second together, not each) and clears :attr:`resources`. The waiting and
         closing are shielded, so they finish even if the caller is cancelled meanwhile. The
         coordinator's block itself ends, and reports errors, when the ``async with`` block
         is left.
@@ -230,21 +231,30 @@ class Session:
             return
         self._closing = True
         self._closed = True
-        first_error: Exception | None = None
+        closes: list[Callable[[], Awaitable[None]]] = []
+        while self._tracked:
+            _, held = self._tracked.popitem()
+            resource = held() if isinstance(held, weakref.ref) else held
+            close = getattr(resource, "_session_close", None)
+            if close is not None:
+                closes.append(close)
+        errors: dict[int, Exception] = {}
+
+        async def close_one(i: int) -> None:
+            try:
+                await closes[i]()
+            except Exception as exc:
+                errors[i] = exc
+
+        # Together: a reader whose thread a cancelled read abandoned waits for it a moment
+        # before leaving it to close its file, and N such readers must not take N moments.
         with anyio.CancelScope(shield=True):
-            while self._tracked:
-                _, held = self._tracked.popitem()
-                resource = held() if isinstance(held, weakref.ref) else held
-                close = getattr(resource, "_session_close", None)
-                if close is None:
-                    continue
-                try:
-                    await close()
-                except Exception as exc:
-                    first_error = first_error or exc
+            async with anyio.create_task_group() as tg:
+                for i in range(len(closes)):
+                    tg.start_soon(close_one, i)
         self.resources.clear()
-        if first_error is not None and report:
-            raise first_error
+        if errors and report:
+            raise errors[min(errors)]
 
     # -- resources -----------------------------------------------------------------------
 

@@ -405,3 +405,121 @@ async def test_state_saved_while_an_abandoned_open_runs_keeps_the_work_item(
                 _, values = await second.read_up_to(await _work(), 10)
         assert values == [b"x", b"y"]
     assert await anyio.to_thread.run_sync(_open_fds, fifo) == 0
+
+
+async def test_a_cancelled_async_record_iterator_returns_promptly_and_closes_the_file(
+    fifo: Path,
+) -> None:
+    iterator = ar.async_tf_record_iterator(str(fifo))
+    start = time.monotonic()
+    with pytest.raises(TimeoutError), anyio.fail_after(0.3):
+        await iterator.__anext__()
+    assert time.monotonic() - start < PROMPT
+    assert abandoned_io()[0] == 1
+    with anyio.fail_after(PROMPT):
+        await iterator.aclose()
+    with anyio.fail_after(5), pytest.raises(StopAsyncIteration):
+        await iterator.__anext__()
+    # The open returns once there is a writer; the abandoned step closes the file.
+    await _unblock_and_check_closed(fifo)
+
+
+async def test_the_step_after_an_abandoned_one_takes_its_records(
+    fifo: Path, tmp_path: Path
+) -> None:
+    with ar.TFRecordWriter(str(tmp_path / "r.tfrecord")) as writer:
+        for payload in (b"one", b"two"):
+            writer.write(payload)
+    data = (tmp_path / "r.tfrecord").read_bytes()
+    async with ar.async_tf_record_iterator(str(fifo)) as iterator:
+        with pytest.raises(TimeoutError), anyio.fail_after(0.3):
+            await iterator.__anext__()
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(anyio.to_thread.run_sync, _write_fifo, fifo, data)
+            with anyio.fail_after(5):
+                assert [r async for r in iterator] == [b"one", b"two"]
+    assert abandoned_io()[0] == 0
+    assert await anyio.to_thread.run_sync(_open_fds, fifo) == 0
+
+
+async def test_leaving_a_session_whose_restore_rereads_from_a_stalled_file(
+    fifo: Path, tmp_path: Path
+) -> None:
+    path = tmp_path / "lines.txt"
+    path.write_bytes(b"a\nb\n")
+    async with ar.Session() as sess:
+        files = ar.string_input_producer([str(path)], num_epochs=1, shuffle=False)
+        reader = ar.TextLineReader()
+        queue = ar.FIFOQueue(None, record_refs=reader)
+        with anyio.fail_after(5):
+            await queue.enqueue(await reader.read(files))
+            checkpoint = await sess.checkpoint()
+    # The file is now a pipe no one writes to: re-reading its record blocks in the open.
+    path.unlink()
+    path.symlink_to(fifo)
+    start = time.monotonic()
+    with anyio.fail_after(10):
+        async with ar.Session(restore=checkpoint):
+            ar.string_input_producer([str(path)], num_epochs=1, shuffle=False)
+            queue = ar.FIFOQueue(None, record_refs=ar.TextLineReader())
+            with pytest.raises(TimeoutError), anyio.fail_after(0.3):
+                await queue.dequeue()
+            assert abandoned_io()[0] == 0  # the re-read is still waited for
+    assert time.monotonic() - start < 0.3 + PROMPT
+    assert abandoned_io()[0] == 1
+    await _unblock_and_check_closed(fifo)
+
+
+async def test_resuming_a_pipe_part_way_is_a_failed_precondition(
+    fifo: Path, tmp_path: Path
+) -> None:
+    path = tmp_path / "lines.txt"
+    line = b"x" * (64 << 10) + b"\n"
+    path.write_bytes(line * 100)  # more than one block: the state's position is past 0
+    async with ar.TextLineReader() as first:
+        with anyio.fail_after(5):
+            queue = await _work(str(path))
+            for _ in range(90):
+                await first.read(queue)
+        state = first.serialize_state()
+    # The work item is now a pipe: the restored reader cannot seek to its position.
+    path.unlink()
+    path.symlink_to(fifo)
+    async with ar.TextLineReader() as second:
+        second.restore_state(state)
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(anyio.to_thread.run_sync, _write_fifo, fifo, b"")
+            with anyio.fail_after(5), pytest.raises(ar.FailedPreconditionError) as info:
+                await second.read(await _work())
+        assert "does not support seeking" in str(info.value)
+        assert info.value.work_item == os.fsencode(path)
+        assert isinstance(info.value.offset, int)
+        assert info.value.offset > 0
+        # As a work item that fails to start, it is abandoned.
+        with anyio.fail_after(5), pytest.raises(ar.OutOfRangeError):
+            await second.read(await _work())
+    assert await anyio.to_thread.run_sync(_open_fds, fifo) == 0
+
+
+async def test_leaving_a_session_closes_stuck_readers_at_once(fifo: Path) -> None:
+    """Closing a reader waits half a second for its abandoned thread: a session closes its
+    readers together, so leaving it takes that long whatever their number."""
+    readers = 4
+    with anyio.fail_after(10):
+        async with ar.Session():
+            stuck = [ar.TextLineReader() for _ in range(readers)]
+            async with anyio.create_task_group() as tg:
+                for reader in stuck:
+                    queue = await _work(str(fifo))
+
+                    async def read(reader: ar.TextLineReader, queue: ar.FIFOQueue) -> None:
+                        with anyio.move_on_after(0.3):
+                            await reader.read(queue)
+
+                    tg.start_soon(read, reader, queue)
+            assert [r.statistics().abandoned_threads for r in stuck] == [1] * readers
+            start = time.monotonic()
+        elapsed = time.monotonic() - start
+    assert all(r.statistics().closed for r in stuck)
+    assert elapsed < 1.5  # one after another: 4 x 0.5 s
+    await _unblock_and_check_closed(fifo)

@@ -288,6 +288,52 @@ async def test_a_close_error_is_ignored(close_op: str) -> None:
 
 
 @pytest.mark.both_backends
+@pytest.mark.parametrize("cancel_op", ["default", "custom"])
+@pytest.mark.parametrize("stop", ["request_stop", "error", "cancelled"])
+async def test_a_cancel_error_after_a_stop_is_ignored(cancel_op: str, stop: str) -> None:
+    q = ar.FIFOQueue(1)
+    calls: list[str] = []
+
+    async def failing_cancel() -> None:
+        calls.append("cancel")
+        raise RuntimeError("cancel failed")
+
+    async def closed_twice(cancel_pending_enqueues: bool = False) -> None:
+        calls.append("close")
+        raise ar.QueueClosedError("Queue is already closed.")
+
+    if cancel_op == "default":  # the default cancel_op is the queue's close, failing
+        q.close = closed_twice  # type: ignore[method-assign]
+    qr = ar.QueueRunner(
+        q, [_counter(q)], cancel_op=failing_cancel if cancel_op == "custom" else None
+    )
+    cause = ValueError("the reason for the stop")
+    raised: list[BaseException] = []
+    # As in TensorFlow (_close_on_stop logs and ignores it), the failed cancel is ignored:
+    # the coordinator's block ends as the stop says, without it; the runner does not list
+    # it (exceptions_raised holds its enqueue ops' errors).
+    with anyio.fail_after(5):
+        with anyio.CancelScope() as outer:
+            try:
+                async with ar.Coordinator() as coord:
+                    qr.start()
+                    await anyio.wait_all_tasks_blocked()
+                    if stop == "cancelled":  # the block is cancelled: the watcher closes
+                        outer.cancel()
+                        await anyio.sleep_forever()
+                    coord.request_stop(cause if stop == "error" else None)
+                    await anyio.sleep(0.05)  # the watcher's cancel runs
+            except Exception as exc:
+                raised.append(exc)
+    assert raised == ([cause] if stop == "error" else [])
+    assert calls == (["cancel"] if cancel_op == "custom" else ["close"])
+    assert outer.cancelled_caught == (stop == "cancelled")
+    assert qr.exceptions_raised == []
+    assert qr.statistics().tasks_running == 0
+    assert not qr.statistics().closed_queue
+
+
+@pytest.mark.both_backends
 async def test_an_op_that_never_blocks_does_not_starve_the_loop() -> None:
     calls = {"n": 0}
 
