@@ -1264,25 +1264,18 @@ class ReaderBase(SharedResource, ABC):
                     await self._take_work(queue)
                 elif self._resume is not None:
                     await self._resume_work()
-                if self._chunked:
-                    if self._pos < self._n:
-                        continue
-                    if self._at_end:
-                        if keys:
-                            await checkpoint_if_cancelled()
-                        await self._finish_work()
-                        if keys:
-                            return keys, values
-                    else:
-                        await self._refill()
+                if self._chunked and self._pos < self._n:
                     continue
                 if self._at_end:
-                    # Records an abandoned call read ended the work item.
+                    # The last chunk, or the records an abandoned call read, ended the item.
                     if keys:
                         await checkpoint_if_cancelled()
                     await self._finish_work()
                     if keys:
                         return keys, values
+                    continue
+                if self._chunked:
+                    await self._refill()
                     continue
                 if not keys:
                     mark = self._mark()
