@@ -1,6 +1,6 @@
 """Errors raised by asyncreader (also re-exported at the top level).
 
-See :mod:`asyncreader._errors` for the tree and when each one is raised.
+See ``asyncreader._errors`` for the tree and when each one is raised.
 """
 
 from __future__ import annotations

@@ -784,12 +784,12 @@ def maybe_batch(
 ) -> Batcher:
     """Like :func:`batch`, but enqueue only the examples ``keep_input`` accepts.
 
+    The other arguments are as for :func:`batch`.
+
     Args:
         keep_input: A bool, a bool vector (only with ``enqueue_many=True``: one flag per
             row of each batch), or a callable taking the example (or batch) and returning
             one of those (it may be async). Examples whose flag is false are skipped.
-        tensors, batch_size, num_threads, capacity, enqueue_many, shapes, dynamic_pad,
-        allow_smaller_final_batch, coord, record_refs: As for :func:`batch`.
 
     Returns:
         A :class:`Batcher`.
@@ -836,10 +836,10 @@ def batch_join(
     they deliver, while each source's own order is kept. Every source must produce
     examples of the same layout and dtypes.
 
+    The other arguments are as for :func:`batch`.
+
     Args:
         tensors_list: The example sources (each as ``tensors`` of :func:`batch`).
-        batch_size, capacity, enqueue_many, shapes, dynamic_pad,
-        allow_smaller_final_batch, coord, record_refs: As for :func:`batch`.
 
     Returns:
         A :class:`Batcher`.
@@ -882,10 +882,10 @@ def maybe_batch_join(
 ) -> Batcher:
     """Like :func:`batch_join`, but enqueue only the examples ``keep_input`` accepts.
 
+    The other arguments are as for :func:`batch_join`.
+
     Args:
         keep_input: As for :func:`maybe_batch`.
-        tensors_list, batch_size, capacity, enqueue_many, shapes, dynamic_pad,
-        allow_smaller_final_batch, coord, record_refs: As for :func:`batch_join`.
 
     Returns:
         A :class:`Batcher`.
@@ -931,9 +931,9 @@ def shuffle_batch(
     random order, ignoring ``min_after_dequeue``. The same ``seed`` and the same input
     order give the same batches.
 
+    The other arguments are as for :func:`batch`.
+
     Args:
-        tensors, batch_size, num_threads, enqueue_many, shapes,
-        allow_smaller_final_batch, coord, record_refs: As for :func:`batch`.
         capacity: The queue's capacity, bigger than ``min_after_dequeue``.
         min_after_dequeue: Examples kept in the queue while open, for mixing.
         seed: Seed of the queue's random order.
@@ -981,10 +981,10 @@ def maybe_shuffle_batch(
 ) -> Batcher:
     """Like :func:`shuffle_batch`, but enqueue only the examples ``keep_input`` accepts.
 
+    The other arguments are as for :func:`shuffle_batch`.
+
     Args:
         keep_input: As for :func:`maybe_batch`.
-        tensors, batch_size, capacity, min_after_dequeue, num_threads, seed, enqueue_many,
-        shapes, allow_smaller_final_batch, coord, record_refs: As for :func:`shuffle_batch`.
 
     Returns:
         A :class:`Batcher`.
@@ -1026,10 +1026,10 @@ def shuffle_batch_join(
 ) -> Batcher:
     """Batch examples from several sources in random order, one task per source.
 
+    The other arguments are as for :func:`shuffle_batch`.
+
     Args:
         tensors_list: The example sources (each as ``tensors`` of :func:`batch`).
-        batch_size, capacity, min_after_dequeue, seed, enqueue_many, shapes,
-        allow_smaller_final_batch, coord, record_refs: As for :func:`shuffle_batch`.
 
     Returns:
         A :class:`Batcher`.
@@ -1071,10 +1071,10 @@ def maybe_shuffle_batch_join(
 ) -> Batcher:
     """Like :func:`shuffle_batch_join`, but enqueue only what ``keep_input`` accepts.
 
+    The other arguments are as for :func:`shuffle_batch_join`.
+
     Args:
         keep_input: As for :func:`maybe_batch`.
-        tensors_list, batch_size, capacity, min_after_dequeue, seed, enqueue_many, shapes,
-        allow_smaller_final_batch, coord, record_refs: As for :func:`shuffle_batch_join`.
 
     Returns:
         A :class:`Batcher`.

@@ -604,10 +604,10 @@ def range_input_producer(
 ) -> Any:
     """Return a queue of the ints ``0 .. limit - 1`` (int32), refilled epoch after epoch.
 
+    The other arguments are as for :func:`string_input_producer`.
+
     Args:
         limit: How many indices per epoch (at least 1).
-        num_epochs, shuffle, seed, capacity, coord, shared_name, name: As for
-            :func:`string_input_producer`.
 
     Returns:
         The FIFOQueue (one int32 component, scalar shape).
@@ -651,11 +651,11 @@ def input_producer(
 ) -> Any:
     """Return a queue of the rows of ``input_tensor``, refilled epoch after epoch.
 
+    The other arguments are as for :func:`string_input_producer`.
+
     Args:
         input_tensor: An array (or nested sequence) whose first dimension indexes rows.
         element_shape: The row shape, checked against ``input_tensor.shape[1:]``.
-        num_epochs, shuffle, seed, capacity, coord, shared_name, name: As for
-            :func:`string_input_producer`.
 
     Returns:
         The FIFOQueue (one component of the input's dtype, strings as ``object``).
@@ -766,10 +766,10 @@ def slice_input_producer(
     same index, so rows stay aligned. Each epoch visits every row once (in a fresh random
     order when ``shuffle``).
 
+    The other arguments are as for :func:`string_input_producer`.
+
     Args:
         tensor_list: A list or tuple (or dict) of arrays with the same first dimension.
-        num_epochs, shuffle, seed, capacity, coord, shared_name, name: As for
-            :func:`string_input_producer`.
 
     Returns:
         A :class:`SliceProducer`: ``await s()`` returns one row of each array in the

@@ -29,7 +29,7 @@ class TextLineReader(FramedReader):
         on_error: What to do with bad input: ``\"raise\"`` (the default, as
             TensorFlow), ``\"skip\"`` or an :class:`~asyncreader.ErrorPolicy`.
         max_record_bytes: The longest line read (default 256 MiB, see
-            ``DEFAULT_MAX_RECORD_BYTES`` in :mod:`asyncreader._records`). A longer line
+            ``DEFAULT_MAX_RECORD_BYTES`` in ``asyncreader._records``). A longer line
             raises :class:`~asyncreader.ResourceExhaustedError` naming the file, line and
             offset as soon as that many bytes of it are held, so a file without newlines
             cannot take memory without bound; ``on_error="skip"`` skips just that line when

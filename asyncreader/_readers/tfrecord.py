@@ -39,7 +39,7 @@ class TFRecordReader(FramedReader):
         on_error: What to do with bad input: ``\"raise\"`` (the default, as
             TensorFlow), ``\"skip\"`` or an :class:`~asyncreader.ErrorPolicy`.
         max_record_bytes: The longest payload read (default 256 MiB, see
-            ``DEFAULT_MAX_RECORD_BYTES`` in :mod:`asyncreader._records`). A header
+            ``DEFAULT_MAX_RECORD_BYTES`` in ``asyncreader._records``). A header
             declaring more raises :class:`~asyncreader.ResourceExhaustedError` naming the
             file, offset, length and limit, before any of the record is buffered or
             inflated; ``on_error="skip"`` skips just that record. A header declaring more

@@ -270,7 +270,7 @@ def tf_record_iterator(
         verify_crc: Check every record's checksums.
         read_size: Bytes read from the file per block.
         max_record_bytes: The longest payload read (default 256 MiB,
-            ``DEFAULT_MAX_RECORD_BYTES`` in :mod:`asyncreader._records`): a header
+            ``DEFAULT_MAX_RECORD_BYTES`` in ``asyncreader._records``): a header
             declaring more raises :class:`~asyncreader.ResourceExhaustedError` before any
             of the record is buffered or inflated. A header declaring more than is left in
             an uncompressed file raises ``DataLossError`` (``truncated record``) at once.
