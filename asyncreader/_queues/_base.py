@@ -13,8 +13,9 @@ simply withdraws: a cancelled enqueue keeps what it inserted in earlier rounds a
 nothing more; a cancelled dequeue puts what it already took back at the front, in order.
 
 The common, non-blocking case takes a fast path that allocates nothing and does not yield.
-To stay cooperative, every :data:`CHECKPOINT_INTERVAL`-th operation on a queue passes a
-checkpoint first (a scheduling point where pending cancellation is delivered).
+To stay cooperative, every :data:`YIELD_INTERVAL`-th operation on a queue yields first
+(passes a scheduling point where pending cancellation is delivered; see
+:mod:`asyncreader._yields`).
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ from .._errors import (
 from .._runtime.checkpoint import current_stage
 from .._runtime.context import current_coordinator
 from .._runtime.resources import SharedResource
+from .._yields import yield_budget
 from .record_refs import RecordRefsArg, RefLayout, as_record_refs
 
 if TYPE_CHECKING:
@@ -47,14 +49,14 @@ if TYPE_CHECKING:
 
     from ._elements import TypedCodec, UntypedCodec
 
-__all__ = ["CHECKPOINT_INTERVAL", "QueueBase", "QueueStatistics"]
+__all__ = ["YIELD_INTERVAL", "QueueBase", "QueueStatistics"]
 
-#: How many operations on one queue may complete without a scheduling point. asyncio.Queue
-#: never yields on its fast path; trio's channels always do. A checkpoint costs about as
-#: much as five fast-path round trips, so one in every 256 operations adds about 4% to the
-#: round trip, while bounding how long a busy producer or consumer holds the event loop
-#: (well under a millisecond) and how late it notices a cancellation.
-CHECKPOINT_INTERVAL = 256
+#: How many operations on one queue may complete without a scheduling point (the queue's
+#: yield budget). asyncio.Queue never yields on its fast path; trio's channels always do. A
+#: yield costs about as much as five fast-path round trips, so one in every 256 operations
+#: adds about 4% to the round trip, while bounding how long a busy producer or consumer
+#: holds the event loop (well under a millisecond) and how late it notices a cancellation.
+YIELD_INTERVAL = 256
 
 _UNBOUNDED = sys.maxsize
 
@@ -242,7 +244,7 @@ class QueueBase(SharedResource):
         self._hold = 0
         self._enqueuers: deque[_Waiter] = deque()
         self._dequeuers: deque[_Waiter] = deque()
-        self._budget = CHECKPOINT_INTERVAL
+        self._yield_due = yield_budget(YIELD_INTERVAL)
         self._peak = 0
         self._total_in = 0
         self._total_out = 0
@@ -596,9 +598,7 @@ class QueueBase(SharedResource):
                 ``cancel_pending_enqueues=True`` while this call waited.
         """
         elem = self._codec.encode_one(vals) if self._typed else vals
-        self._budget -= 1
-        if self._budget <= 0:
-            self._budget = CHECKPOINT_INTERVAL
+        if self._yield_due():
             await checkpoint()
         if not self._enqueuers:
             if self._closed:
@@ -656,9 +656,7 @@ class QueueBase(SharedResource):
         items = self._codec.encode_many(vals)
         if not items:
             return
-        self._budget -= 1
-        if self._budget <= 0:
-            self._budget = CHECKPOINT_INTERVAL
+        if self._yield_due():
             await checkpoint()
         if not self._enqueuers:
             if self._closed:
@@ -811,9 +809,7 @@ class QueueBase(SharedResource):
         Raises:
             OutOfRangeError: the queue is closed and empty.
         """
-        self._budget -= 1
-        if self._budget <= 0:
-            self._budget = CHECKPOINT_INTERVAL
+        if self._yield_due():
             await checkpoint()
         if not self._dequeuers:
             if len(self._buf) > self._hold:
@@ -958,9 +954,7 @@ class QueueBase(SharedResource):
 
     async def _dequeue_batch(self, n: SupportsIndex, up_to: bool) -> Any:
         n = self._check_n(n, up_to)
-        self._budget -= 1
-        if self._budget <= 0:
-            self._budget = CHECKPOINT_INTERVAL
+        if self._yield_due():
             await checkpoint()
         if n == 0:
             return self._codec.decode_many([])

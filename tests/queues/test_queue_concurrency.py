@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 import asyncreader as ar
 from asyncreader._queues._base import (
-    CHECKPOINT_INTERVAL,
+    YIELD_INTERVAL,
     QueueBase,
 )
 
@@ -416,7 +416,7 @@ async def test_fast_path_checkpoints_periodically() -> None:
             await q.enqueue(count)
             count += 1
     assert scope.cancelled_caught
-    assert 0 < count <= CHECKPOINT_INTERVAL
+    assert 0 < count <= YIELD_INTERVAL
     assert q.size() == count
 
 
