@@ -27,7 +27,7 @@ import operator
 import sys
 from collections import deque
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar, SupportsIndex
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol, SupportsIndex
 
 import anyio
 from anyio.lowlevel import checkpoint
@@ -113,37 +113,30 @@ class _AsyncioWakeup:
         await self._future
 
 
-class _TrioWakeup:
-    """A one-shot wakeup for a task waiting on trio: park and reschedule the task."""
+class _Wakeup(Protocol):
+    """What a blocked attempt waits on: set once by whoever unblocks it."""
 
-    __slots__ = ("_done", "_task")
+    def set(self) -> None: ...
 
-    def __init__(self) -> None:
-        import trio
-
-        self._task = trio.lowlevel.current_task()
-        self._done = False
-
-    def set(self) -> None:
-        if not self._done:  # done: already woken, or its wait was cancelled
-            import trio
-
-            self._done = True
-            trio.lowlevel.reschedule(self._task)
-
-    async def wait(self) -> None:
-        import trio
-
-        def abort(_: object) -> trio.lowlevel.Abort:
-            self._done = True
-            return trio.lowlevel.Abort.SUCCEEDED
-
-        await trio.lowlevel.wait_task_rescheduled(abort)
+    async def wait(self) -> None: ...
 
 
-def _new_wakeup() -> _AsyncioWakeup | _TrioWakeup:
-    loop = asyncio.events._get_running_loop()
-    return _AsyncioWakeup(loop) if loop is not None else _TrioWakeup()
+#: The trio wakeup class, imported the first time a queue waits on trio (so asyncio-only
+#: programs never import trio, and no wakeup pays for an import statement).
+_trio_wakeup: Callable[[], _Wakeup] | None = None
+
+
+def _new_wakeup() -> _Wakeup:
+    global _trio_wakeup  # filled once, on the first wait on trio
+    try:
+        loop = asyncio.get_running_loop()
+    except RuntimeError:  # not asyncio: anyio's other backend, trio
+        if _trio_wakeup is None:
+            from ._trio_wakeup import TrioWakeup
+
+            _trio_wakeup = TrioWakeup
+        return _trio_wakeup()
+    return _AsyncioWakeup(loop)
 
 
 class _Waiter:
@@ -171,7 +164,7 @@ class _Waiter:
         # Made by a pipeline stage's task (see asyncreader._runtime.checkpoint).
         self.stage = False
         self.woken = True  # True while the attempt runs: nobody needs to wake it
-        self.event: _AsyncioWakeup | _TrioWakeup | None = None
+        self.event: _Wakeup | None = None
         self.error: BaseException | None = None
         self.items: list[Any] = []
         self.pos = 0
