@@ -202,6 +202,11 @@ class QueueBase(SharedResource):
     :meth:`_pop_list` and :meth:`_put_back`. :attr:`_hold` is how many elements must stay
     stored while the queue is open (RandomShuffleQueue's ``min_after_dequeue``);
     :attr:`_atomic_many` makes batched dequeues all-or-nothing while open (PriorityQueue).
+
+    A subclass builds its codec from its own arguments and passes it here with ``capacity``,
+    ``name`` and ``record_refs``. Its constructor also declares ``shared_name=`` and
+    ``container=``, only so that its signature shows them: :class:`SharedResourceMeta`
+    takes them before ``__init__`` runs, so they always arrive as ``None``.
     """
 
     _resource_kind: ClassVar[str] = "queue"
@@ -225,6 +230,7 @@ class QueueBase(SharedResource):
         capacity: SupportsIndex | None,
         codec: TypedCodec | UntypedCodec,
         name: str | None,
+        record_refs: RecordRefsArg = None,
     ) -> None:
         self._cap = _normalize_capacity(capacity)
         self._codec = codec
@@ -241,13 +247,9 @@ class QueueBase(SharedResource):
         self._peak = 0
         self._total_in = 0
         self._total_out = 0
-        self._refs: RefLayout | None = None
-
-    def _use_record_refs(self, record_refs: RecordRefsArg) -> None:
-        """Save the reader records in the elements as references (see RecordRefs)."""
+        # Reader records in the elements are saved as references (see RecordRefs).
         refs = as_record_refs(record_refs)
-        if refs is not None:
-            self._refs = RefLayout(refs, self._codec, self.name)
+        self._refs = None if refs is None else RefLayout(refs, self._codec, self.name)
 
     # -- attributes --------------------------------------------------------------------------
 
