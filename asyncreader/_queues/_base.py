@@ -13,8 +13,9 @@ simply withdraws: a cancelled enqueue keeps what it inserted in earlier rounds a
 nothing more; a cancelled dequeue puts what it already took back at the front, in order.
 
 The common, non-blocking case takes a fast path that allocates nothing and does not yield.
-To stay cooperative, every :data:`CHECKPOINT_INTERVAL`-th operation on a queue passes a
-checkpoint first (a scheduling point where pending cancellation is delivered).
+To stay cooperative, every :data:`YIELD_INTERVAL`-th operation on a queue yields first
+(passes a scheduling point where pending cancellation is delivered; see
+:mod:`asyncreader._yields`).
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ import operator
 import sys
 from collections import deque
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar, SupportsIndex
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol, SupportsIndex
 
 import anyio
 from anyio.lowlevel import checkpoint
@@ -40,6 +41,7 @@ from .._errors import (
 from .._runtime.checkpoint import current_stage
 from .._runtime.context import current_coordinator
 from .._runtime.resources import SharedResource
+from .._yields import yield_budget
 from .record_refs import RecordRefsArg, RefLayout, as_record_refs
 
 if TYPE_CHECKING:
@@ -47,14 +49,14 @@ if TYPE_CHECKING:
 
     from ._elements import TypedCodec, UntypedCodec
 
-__all__ = ["CHECKPOINT_INTERVAL", "QueueBase", "QueueStatistics"]
+__all__ = ["YIELD_INTERVAL", "QueueBase", "QueueStatistics"]
 
-#: How many operations on one queue may complete without a scheduling point. asyncio.Queue
-#: never yields on its fast path; trio's channels always do. A checkpoint costs about as
-#: much as five fast-path round trips, so one in every 256 operations adds about 4% to the
-#: round trip, while bounding how long a busy producer or consumer holds the event loop
-#: (well under a millisecond) and how late it notices a cancellation.
-CHECKPOINT_INTERVAL = 256
+#: How many operations on one queue may complete without a scheduling point (the queue's
+#: yield budget). asyncio.Queue never yields on its fast path; trio's channels always do. A
+#: yield costs about as much as five fast-path round trips, so one in every 256 operations
+#: adds about 4% to the round trip, while bounding how long a busy producer or consumer
+#: holds the event loop (well under a millisecond) and how late it notices a cancellation.
+YIELD_INTERVAL = 256
 
 _UNBOUNDED = sys.maxsize
 
@@ -111,37 +113,30 @@ class _AsyncioWakeup:
         await self._future
 
 
-class _TrioWakeup:
-    """A one-shot wakeup for a task waiting on trio: park and reschedule the task."""
+class _Wakeup(Protocol):
+    """What a blocked attempt waits on: set once by whoever unblocks it."""
 
-    __slots__ = ("_done", "_task")
+    def set(self) -> None: ...
 
-    def __init__(self) -> None:
-        import trio
-
-        self._task = trio.lowlevel.current_task()
-        self._done = False
-
-    def set(self) -> None:
-        if not self._done:  # done: already woken, or its wait was cancelled
-            import trio
-
-            self._done = True
-            trio.lowlevel.reschedule(self._task)
-
-    async def wait(self) -> None:
-        import trio
-
-        def abort(_: object) -> trio.lowlevel.Abort:
-            self._done = True
-            return trio.lowlevel.Abort.SUCCEEDED
-
-        await trio.lowlevel.wait_task_rescheduled(abort)
+    async def wait(self) -> None: ...
 
 
-def _new_wakeup() -> _AsyncioWakeup | _TrioWakeup:
-    loop = asyncio.events._get_running_loop()
-    return _AsyncioWakeup(loop) if loop is not None else _TrioWakeup()
+#: The trio wakeup class, imported the first time a queue waits on trio (so asyncio-only
+#: programs never import trio, and no wakeup pays for an import statement).
+_trio_wakeup: Callable[[], _Wakeup] | None = None
+
+
+def _new_wakeup() -> _Wakeup:
+    global _trio_wakeup  # filled once, on the first wait on trio
+    try:
+        loop = asyncio.get_running_loop()
+    except RuntimeError:  # not asyncio: anyio's other backend, trio
+        if _trio_wakeup is None:
+            from ._trio_wakeup import TrioWakeup
+
+            _trio_wakeup = TrioWakeup
+        return _trio_wakeup()
+    return _AsyncioWakeup(loop)
 
 
 class _Waiter:
@@ -169,7 +164,7 @@ class _Waiter:
         # Made by a pipeline stage's task (see asyncreader._runtime.checkpoint).
         self.stage = False
         self.woken = True  # True while the attempt runs: nobody needs to wake it
-        self.event: _AsyncioWakeup | _TrioWakeup | None = None
+        self.event: _Wakeup | None = None
         self.error: BaseException | None = None
         self.items: list[Any] = []
         self.pos = 0
@@ -207,6 +202,11 @@ class QueueBase(SharedResource):
     :meth:`_pop_list` and :meth:`_put_back`. :attr:`_hold` is how many elements must stay
     stored while the queue is open (RandomShuffleQueue's ``min_after_dequeue``);
     :attr:`_atomic_many` makes batched dequeues all-or-nothing while open (PriorityQueue).
+
+    A subclass builds its codec from its own arguments and passes it here with ``capacity``,
+    ``name`` and ``record_refs``. Its constructor also declares ``shared_name=`` and
+    ``container=``, only so that its signature shows them: :class:`SharedResourceMeta`
+    takes them before ``__init__`` runs, so they always arrive as ``None``.
     """
 
     _resource_kind: ClassVar[str] = "queue"
@@ -230,6 +230,7 @@ class QueueBase(SharedResource):
         capacity: SupportsIndex | None,
         codec: TypedCodec | UntypedCodec,
         name: str | None,
+        record_refs: RecordRefsArg = None,
     ) -> None:
         self._cap = _normalize_capacity(capacity)
         self._codec = codec
@@ -242,17 +243,13 @@ class QueueBase(SharedResource):
         self._hold = 0
         self._enqueuers: deque[_Waiter] = deque()
         self._dequeuers: deque[_Waiter] = deque()
-        self._budget = CHECKPOINT_INTERVAL
+        self._yield_due = yield_budget(YIELD_INTERVAL)
         self._peak = 0
         self._total_in = 0
         self._total_out = 0
-        self._refs: RefLayout | None = None
-
-    def _use_record_refs(self, record_refs: RecordRefsArg) -> None:
-        """Save the reader records in the elements as references (see RecordRefs)."""
+        # Reader records in the elements are saved as references (see RecordRefs).
         refs = as_record_refs(record_refs)
-        if refs is not None:
-            self._refs = RefLayout(refs, self._codec, self.name)
+        self._refs = None if refs is None else RefLayout(refs, self._codec, self.name)
 
     # -- attributes --------------------------------------------------------------------------
 
@@ -596,9 +593,7 @@ class QueueBase(SharedResource):
                 ``cancel_pending_enqueues=True`` while this call waited.
         """
         elem = self._codec.encode_one(vals) if self._typed else vals
-        self._budget -= 1
-        if self._budget <= 0:
-            self._budget = CHECKPOINT_INTERVAL
+        if self._yield_due():
             await checkpoint()
         if not self._enqueuers:
             if self._closed:
@@ -656,9 +651,7 @@ class QueueBase(SharedResource):
         items = self._codec.encode_many(vals)
         if not items:
             return
-        self._budget -= 1
-        if self._budget <= 0:
-            self._budget = CHECKPOINT_INTERVAL
+        if self._yield_due():
             await checkpoint()
         if not self._enqueuers:
             if self._closed:
@@ -811,9 +804,7 @@ class QueueBase(SharedResource):
         Raises:
             OutOfRangeError: the queue is closed and empty.
         """
-        self._budget -= 1
-        if self._budget <= 0:
-            self._budget = CHECKPOINT_INTERVAL
+        if self._yield_due():
             await checkpoint()
         if not self._dequeuers:
             if len(self._buf) > self._hold:
@@ -958,9 +949,7 @@ class QueueBase(SharedResource):
 
     async def _dequeue_batch(self, n: SupportsIndex, up_to: bool) -> Any:
         n = self._check_n(n, up_to)
-        self._budget -= 1
-        if self._budget <= 0:
-            self._budget = CHECKPOINT_INTERVAL
+        if self._yield_due():
             await checkpoint()
         if n == 0:
             return self._codec.decode_many([])

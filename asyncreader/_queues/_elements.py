@@ -28,6 +28,7 @@ from .._decoders._dtypes import builtin_dtype, dtype_by_name, tf_name
 from .._errors import InvalidArgumentError
 
 __all__ = [
+    "make_codec",
     "Row",
     "Shape",
     "TypedCodec",
@@ -491,6 +492,15 @@ class TypedCodec:
 
 _first = operator.itemgetter(0)
 _second = operator.itemgetter(1)
+
+
+def make_codec(dtypes: Any, shapes: Any, names: Any) -> TypedCodec | UntypedCodec:
+    """Return the codec of a FIFO or shuffle queue: untyped without ``dtypes``."""
+    if dtypes is None:
+        if shapes is not None or names is not None:
+            raise InvalidArgumentError("shapes and names need dtypes")
+        return UntypedCodec()
+    return TypedCodec(dtypes, shapes, names)
 
 
 def _stack(values: list[Any], dtype: np.dtype[Any], shape: Shape) -> np.ndarray[Any, Any]:

@@ -6,22 +6,12 @@ from collections import deque
 from typing import TYPE_CHECKING, Any, ClassVar, SupportsIndex
 
 from ._base import QueueBase
-from ._elements import TypedCodec, UntypedCodec
+from ._elements import TypedCodec, make_codec
 
 if TYPE_CHECKING:
     from .record_refs import RecordRefsArg
 
 __all__ = ["FIFOQueue"]
-
-
-def _make_codec(dtypes: Any, shapes: Any, names: Any) -> TypedCodec | UntypedCodec:
-    if dtypes is None:
-        if shapes is not None or names is not None:
-            from .._errors import InvalidArgumentError
-
-            raise InvalidArgumentError("shapes and names need dtypes")
-        return UntypedCodec()
-    return TypedCodec(dtypes, shapes, names)
 
 
 class _DequeStorage(QueueBase):
@@ -72,12 +62,12 @@ class FIFOQueue(_DequeStorage):
     Fairness: like :class:`asyncio.Queue`, an operation that can complete at once does so
     without yielding to the event loop and without allocating, which keeps the round trip
     cheap. So that a task looping on a queue that never blocks cannot hold the event loop
-    indefinitely, one operation in every 256 on a queue first passes a checkpoint (it yields
-    and, if the task's scope is cancelled, raises the cancellation there, before touching
-    the queue). The consequence: while a queue neither fills nor empties, a busy producer
+    indefinitely, one operation in every 256 on a queue first passes a scheduling point (it
+    yields and, if the task's scope is cancelled, raises the cancellation there, before
+    touching the queue). The consequence: while a queue neither fills nor empties, a busy producer
     or consumer lets other tasks run only once per 256 of its queue operations (unless it
     awaits something else), and notices a cancellation within that many operations; this
-    is not trio's rule that every async call is a checkpoint. A task that must let others
+    is not trio's rule that every async call is a scheduling point. A task that must let others
     run more often should await ``anyio.lowlevel.checkpoint()`` itself. Blocking
     operations always yield.
 
@@ -123,9 +113,5 @@ class FIFOQueue(_DequeStorage):
         container: str | None = None,
         record_refs: RecordRefsArg = None,
     ) -> None:
-        # shared_name / container are consumed by SharedResourceMeta before __init__ runs;
-        # they are declared here so the signature shows (and type-checks) them.
-        del shared_name, container
-        super().__init__(capacity, _make_codec(dtypes, shapes, names), name)
-        self._use_record_refs(record_refs)
+        super().__init__(capacity, make_codec(dtypes, shapes, names), name, record_refs)
         self._init_storage()

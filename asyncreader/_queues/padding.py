@@ -37,10 +37,8 @@ class PaddingFIFOQueue(_DequeStorage):
         name: The name used in error messages.
         shared_name: Share the queue under this name.
         container: The container for ``shared_name``.
-        record_refs: Save the reader records in the elements as references in
-            checkpoints, not as their bytes: a :class:`~asyncreader.RecordRefs`, or a
-            reader whose keys and values are components 0 and 1. See
-            ``docs/guides/checkpoints.md``.
+        record_refs: Save reader records as references in checkpoints, as in
+            :class:`~asyncreader.FIFOQueue`.
 
     Raises:
         InvalidArgumentError: shapes missing or not one per component, inconsistent
@@ -65,9 +63,6 @@ class PaddingFIFOQueue(_DequeStorage):
         container: str | None = None,
         record_refs: RecordRefsArg = None,
     ) -> None:
-        # shared_name / container are consumed by SharedResourceMeta before __init__ runs;
-        # they are declared here so the signature shows (and type-checks) them.
-        del shared_name, container
         if dtypes is None:
             raise InvalidArgumentError("PaddingFIFOQueue needs dtypes")
         if shapes is None:
@@ -82,6 +77,5 @@ class PaddingFIFOQueue(_DequeStorage):
                 f"{count} dtypes and {given} shapes."
             )
         codec = TypedCodec(dtypes, shapes, names, partial_shapes=True)
-        super().__init__(capacity, codec, name)
-        self._use_record_refs(record_refs)
+        super().__init__(capacity, codec, name, record_refs)
         self._init_storage()

@@ -73,10 +73,8 @@ class PriorityQueue(QueueBase):
         name: The name used in error messages.
         shared_name: Share the queue under this name.
         container: The container for ``shared_name``.
-        record_refs: Save the reader records in the elements as references in
-            checkpoints, not as their bytes: a :class:`~asyncreader.RecordRefs`, or a
-            reader whose keys and values are components 0 and 1. See
-            ``docs/guides/checkpoints.md``.
+        record_refs: Save reader records as references in checkpoints, as in
+            :class:`~asyncreader.FIFOQueue`.
 
     Raises:
         InvalidArgumentError: inconsistent types / shapes / names, or a ``shared_name``
@@ -104,9 +102,6 @@ class PriorityQueue(QueueBase):
         container: str | None = None,
         record_refs: RecordRefsArg = None,
     ) -> None:
-        # shared_name / container are consumed by SharedResourceMeta before __init__ runs;
-        # they are declared here so the signature shows (and type-checks) them.
-        del shared_name, container
         if types is None:
             raise InvalidArgumentError("PriorityQueue needs the types of its components")
         value_types = list(types) if isinstance(types, (list, tuple)) else [types]
@@ -114,8 +109,7 @@ class PriorityQueue(QueueBase):
         if shapes is not None and len(all_shapes or ()) != len(value_types) + 1:
             raise InvalidArgumentError("Queue shapes must have the same length as dtypes")
         codec = _PriorityCodec([np.int64, *value_types], all_shapes, names)
-        super().__init__(capacity, codec, name)
-        self._use_record_refs(record_refs)
+        super().__init__(capacity, codec, name, record_refs)
         self._buf = []
         self._seq = itertools.count()
         self._push = self._heap_push

@@ -11,9 +11,8 @@ import numpy as np
 
 from .._errors import InvalidArgumentError
 from ._base import QueueBase, as_int
-from ._elements import TypedCodec
+from ._elements import TypedCodec, make_codec
 from ._slab import SlabCodec
-from .fifo import _make_codec
 
 if TYPE_CHECKING:
     from .record_refs import RecordRefsArg
@@ -47,7 +46,7 @@ class RandomShuffleQueue(QueueBase):
 
     Ordering of blocked callers, progressive batches, closing and cancellation behave as in
     :class:`~asyncreader.FIFOQueue`, including its fairness note: an operation that can
-    complete at once does not yield, except for a checkpoint every 256 operations.
+    complete at once does not yield, except once every 256 operations.
 
     Args:
         capacity: Maximum number of stored elements; ``None`` or negative means unbounded.
@@ -59,10 +58,8 @@ class RandomShuffleQueue(QueueBase):
         name: The name used in error messages.
         shared_name: Share the queue under this name.
         container: The container for ``shared_name``.
-        record_refs: Save the reader records in the elements as references in
-            checkpoints, not as their bytes: a :class:`~asyncreader.RecordRefs`, or a
-            reader whose keys and values are components 0 and 1. See
-            ``docs/guides/checkpoints.md``.
+        record_refs: Save reader records as references in checkpoints, as in
+            :class:`~asyncreader.FIFOQueue`.
 
     Raises:
         InvalidArgumentError: ``min_after_dequeue`` is negative or not below the capacity,
@@ -92,15 +89,11 @@ class RandomShuffleQueue(QueueBase):
         container: str | None = None,
         record_refs: RecordRefsArg = None,
     ) -> None:
-        # shared_name / container are consumed by SharedResourceMeta before __init__ runs;
-        # they are declared here so the signature shows (and type-checks) them.
-        del shared_name, container
-        codec = _make_codec(dtypes, shapes, names)
+        codec = make_codec(dtypes, shapes, names)
         if isinstance(codec, TypedCodec) and codec.shapes is not None:
             cap = as_int(capacity) if capacity is not None else None
             codec = SlabCodec(codec, cap if cap is not None and cap >= 0 else sys.maxsize)
-        super().__init__(capacity, codec, name)
-        self._use_record_refs(record_refs)
+        super().__init__(capacity, codec, name, record_refs)
         mad = as_int(min_after_dequeue)
         if mad is None:
             raise InvalidArgumentError(

@@ -59,6 +59,7 @@ from .._errors import (
 from .._io.executor import IoCall, run_io_abandoning
 from .._runtime.checkpoint import check_taken_work
 from .._runtime.resources import SharedResource
+from .._yields import yield_budget
 from .policy import MAX_DEAD_LETTERS, DeadLetter, ErrorPolicy, OnError, as_policy
 from .state import (
     ReaderState,
@@ -87,9 +88,10 @@ __all__ = [
 
 T = TypeVar("T")
 
-#: Fast-path reads between two checkpoints: often enough that a consumer served from the
-#: buffer lets other tasks run, rarely enough that ``read()`` stays in microseconds.
-_CHECKPOINT_INTERVAL: Final = 64
+#: Fast-path reads between two scheduling points (the reader's yield budget): often enough
+#: that a consumer served from the buffer lets other tasks run, rarely enough that
+#: ``read()`` stays in microseconds.
+_YIELD_INTERVAL: Final = 64
 
 #: ``(keys, values, at_end)`` as the internal chunk path returns it.
 Chunk: TypeAlias = tuple[list[bytes], list[bytes], bool]
@@ -288,7 +290,7 @@ class ReaderBase(SharedResource, ABC):
         self._errors = 0
         self._bytes_read = 0
         self._closed = False
-        self._budget = _CHECKPOINT_INTERVAL
+        self._yield_due = yield_budget(_YIELD_INTERVAL)
         # Read-ahead buffer of the chunked path: records _keys[_pos:] are not delivered.
         self._keys: list[bytes] = []
         self._values: list[bytes] = []
@@ -510,9 +512,7 @@ class ReaderBase(SharedResource, ABC):
             FailedPreconditionError: the reader is closed.
             AsyncReaderError: a hook broke its contract.
         """
-        self._budget -= 1
-        if self._budget <= 0:
-            self._budget = _CHECKPOINT_INTERVAL
+        if self._yield_due():
             await checkpoint()
         i = self._pos
         if i < self._n and not self._lock.locked():
@@ -555,9 +555,7 @@ class ReaderBase(SharedResource, ABC):
         """
         if num_records < 0:
             raise InvalidArgumentError(f"num_records must be >= 0, not {num_records}")
-        self._budget -= 1
-        if self._budget <= 0:
-            self._budget = _CHECKPOINT_INTERVAL
+        if self._yield_due():
             await checkpoint()
         if num_records == 0:
             self._check_open()

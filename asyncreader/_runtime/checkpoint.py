@@ -354,15 +354,6 @@ class Checkpointer:
                 where = f"a reader, from queue {key!r},"
                 setattr(obj, _RESTORED_WORK, (self, frozenset(restored), where))
 
-    @property
-    def restoring(self) -> bool:
-        """Whether saved components are still waiting to be built."""
-        return bool(self._saved)
-
-    def unrestored(self) -> list[str]:
-        """Return the keys of saved components not built (yet) in this session."""
-        return sorted(self._saved)
-
     def owned(self) -> bool:
         """Whether resources built now belong to a component (see :func:`owned_resources`)."""
         return _owned.get()

@@ -76,7 +76,7 @@ from .._errors import (
 from . import context, stages
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Callable, Iterable, Iterator
+    from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator
 
     from .queue_runner import QueueRunner
     from .stages import StageStatistics
@@ -266,6 +266,7 @@ class Coordinator:
         self._tasks: dict[int, _Task] = {}
         self._tg: anyio.abc.TaskGroup | None = None
         self._body_scope: anyio.CancelScope | None = None
+        self._block_cm: contextlib.AbstractAsyncContextManager[None] | None = None
         self._token: Any = None
         self._loop: _Loop | None = None
         # Guards the stop state, which other threads may change (see request_stop).
@@ -281,22 +282,9 @@ class Coordinator:
     async def __aenter__(self) -> Self:
         if self._tg is not None:
             raise FailedPreconditionError("this Coordinator is already running a block")
-        self._joined = False
-        self._loop = _Loop()
-        tg = anyio.create_task_group()
-        await tg.__aenter__()
-        self._tg = tg
-        self._token = context._coordinator.set(self)
-        # The body gets its own scope so an error can cancel it without touching tasks
-        # that are still inside their grace period.
-        self._body_scope = anyio.CancelScope()
-        self._body_scope.__enter__()
-        if self._stop_requested and self._grace == 0:
-            self._cancelling = True  # (a stop from a thread after the last loop ended)
-        if self._stop_requested and self._grace:
-            tg.start_soon(
-                self._cancel_after_grace, self._generation, self._grace, name="stop grace period"
-            )
+        block = self._block()
+        await block.__aenter__()
+        self._block_cm = block
         return self
 
     async def __aexit__(
@@ -305,48 +293,62 @@ class Coordinator:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> bool:
-        tg, body_scope = self._tg, self._body_scope
-        assert tg is not None
-        assert body_scope is not None
+        block, self._block_cm = self._block_cm, None
+        assert block is not None
+        return bool(await block.__aexit__(exc_type, exc, tb))
+
+    @contextlib.asynccontextmanager
+    async def _block(self) -> AsyncIterator[None]:
+        """One ``async with`` block: the task group, the body's own scope, one exception out."""
+        self._joined = False
+        self._loop = _Loop()
         cancelled = anyio.get_cancelled_exc_class()
-        if isinstance(exc, Exception):
-            self.request_stop(exc)
-        elif exc is not None:
-            # Cancellation, KeyboardInterrupt, SystemExit: stop and cancel everything now.
-            self.request_stop()
-            self._cancel_tasks()
-            if not isinstance(exc, cancelled):
-                tg.cancel_scope.cancel()
-        body_exc = exc
         outcome: list[BaseException] = []
         try:
-            try:
-                if body_scope.__exit__(exc_type, exc, tb):
-                    exc = None
-            except BaseException as raised:  # the scope may replace the exception
-                exc = raised
-            # An ordinary error of the body is kept aside: handing it to the task group
-            # would cancel the tasks at once and skip their grace period.
-            if isinstance(exc, Exception):
-                outcome.append(exc)
-                exc = None
-            try:
-                if exc is None:
-                    await tg.__aexit__(None, None, None)
-                elif not await tg.__aexit__(type(exc), exc, exc.__traceback__):
+            async with anyio.create_task_group() as tg:
+                self._tg = tg
+                self._token = context._coordinator.set(self)
+                # The body gets its own scope so an error can cancel it without touching
+                # tasks that are still inside their grace period.
+                self._body_scope = anyio.CancelScope()
+                if self._stop_requested and self._grace == 0:
+                    self._cancelling = True  # (a stop from a thread after the last loop ended)
+                if self._stop_requested and self._grace:
+                    tg.start_soon(
+                        self._cancel_after_grace,
+                        self._generation,
+                        self._grace,
+                        name="stop grace period",
+                    )
+                try:
+                    with self._body_scope:
+                        try:
+                            yield
+                        except BaseException as exc:
+                            self._body_failed(exc, tg)
+                            raise
+                # An ordinary error of the body is kept aside: letting it reach the task
+                # group would cancel the tasks at once and skip their grace period.
+                except Exception as exc:  # the body's scope may have replaced the error
                     outcome.append(exc)
-            except BaseException as raised:
-                outcome.extend(_leaves(raised))
+        except BaseException as raised:
+            outcome.extend(_leaves(raised))
         finally:
             self._finish_block()
         chosen = self._choose(outcome, cancelled)
-        del outcome, exc
-        if chosen is None:
-            return True
-        if chosen is body_exc:
-            return False
-        _reraise(chosen)
-        return False  # pragma: no cover - _reraise always raises
+        del outcome
+        if chosen is not None:
+            _reraise(chosen)  # the body's own exception comes out as itself, too
+
+    def _body_failed(self, exc: BaseException, tg: anyio.abc.TaskGroup) -> None:
+        if isinstance(exc, Exception):
+            self.request_stop(exc)
+        else:
+            # Cancellation, KeyboardInterrupt, SystemExit: stop and cancel everything now.
+            self.request_stop()
+            self._cancel_tasks()
+            if not isinstance(exc, anyio.get_cancelled_exc_class()):
+                tg.cancel_scope.cancel()
 
     def _finish_block(self) -> None:
         with self._lock:

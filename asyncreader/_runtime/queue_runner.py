@@ -13,9 +13,9 @@ again and again until the op raises :class:`~asyncreader.OutOfRangeError` or
 * Any other exception requests a stop of the coordinator with that exception (it is then
   re-raised when the coordinator's block ends) and is kept in
   :attr:`QueueRunner.exceptions_raised`.
-* A task checks ``coord.should_stop()`` before every step and passes a checkpoint at least
-  every :data:`CHECKPOINT_INTERVAL` steps, so an op that never blocks cannot hold the event
-  loop, while ops that do block pay no extra scheduling round trip per step.
+* A task checks ``coord.should_stop()`` before every step and yields (passes a scheduling
+  point) at least every :data:`YIELD_INTERVAL` steps, so an op that never blocks cannot
+  hold the event loop, while ops that do block pay no extra scheduling round trip per step.
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ from .._errors import (
     OutOfRangeError,
     QueueClosedError,
 )
+from .._yields import yield_budget
 from . import context
 
 if TYPE_CHECKING:
@@ -48,11 +49,11 @@ DEFAULT_QUEUE_CLOSED_EXCEPTION_TYPES: tuple[type[BaseException], ...] = (
     QueueClosedError,
 )
 
-#: Steps between the checkpoints a task passes on its own. Ops that block or use queues
-#: already yield (queues pass a checkpoint at least once in 64 operations); this bounds how
-#: long an op that never yields can hold the event loop, without a scheduler round trip
-#: per step, which would cost far more than a cheap op itself.
-CHECKPOINT_INTERVAL = 64
+#: Steps between the scheduling points a task passes on its own (its yield budget). Ops
+#: that block or use queues already yield (queues at least once in 256 operations); this
+#: bounds how long an op that never yields can hold the event loop, without a scheduler
+#: round trip per step, which would cost far more than a cheap op itself.
+YIELD_INTERVAL = 64
 
 
 @dataclass(frozen=True)
@@ -238,7 +239,7 @@ class QueueRunner:
         stage: StageTask | None,
     ) -> None:
         ended_cleanly = False
-        budget = CHECKPOINT_INTERVAL
+        yield_due = yield_budget(YIELD_INTERVAL)
         try:
             while not coord.should_stop():
                 if pause is not None and pause.paused:
@@ -255,10 +256,8 @@ class QueueRunner:
                     self._exceptions.append(exc)
                     coord.request_stop(exc)
                     return
-                budget -= 1
-                if not budget:
+                if yield_due():
                     # An op that never blocks must still let the rest of the loop run.
-                    budget = CHECKPOINT_INTERVAL
                     await anyio.lowlevel.checkpoint()
         finally:
             self._live -= 1

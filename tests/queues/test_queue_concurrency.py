@@ -5,6 +5,8 @@ from __future__ import annotations
 import contextlib
 import functools
 import random
+import subprocess
+import sys
 from collections import Counter, deque
 from collections.abc import Awaitable, Callable  # noqa: TC003 (dataclass fields)
 from dataclasses import dataclass, field
@@ -19,7 +21,7 @@ from hypothesis import strategies as st
 
 import asyncreader as ar
 from asyncreader._queues._base import (
-    CHECKPOINT_INTERVAL,
+    YIELD_INTERVAL,
     QueueBase,
 )
 
@@ -416,7 +418,7 @@ async def test_fast_path_checkpoints_periodically() -> None:
             await q.enqueue(count)
             count += 1
     assert scope.cancelled_caught
-    assert 0 < count <= CHECKPOINT_INTERVAL
+    assert 0 < count <= YIELD_INTERVAL
     assert q.size() == count
 
 
@@ -499,3 +501,27 @@ async def test_nowait_operations_match_a_model(ops: list[tuple[str, int]], capac
                 assert got == [model.popleft() for _ in range(count)]
         assert q.size() == len(model)
         assert q.is_closed() == closed
+
+
+def test_waiting_on_asyncio_does_not_import_trio() -> None:
+    """Only a queue waiting on trio loads trio; asyncio programs never import it."""
+    program = """
+import sys
+import anyio
+import asyncreader as ar
+
+async def main():
+    q = ar.FIFOQueue(1)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(q.dequeue)  # blocks: the queue makes a wakeup for it
+        await anyio.sleep(0.01)
+        await q.enqueue(1)
+    assert q.size() == 0
+
+anyio.run(main)
+print("trio" in sys.modules)
+"""
+    out = subprocess.run(
+        [sys.executable, "-c", program], capture_output=True, text=True, timeout=50, check=True
+    )
+    assert out.stdout.strip() == "False"

@@ -374,3 +374,34 @@ async def test_fixed_length_short_file_is_logged(
         with pytest.raises(ar.OutOfRangeError):
             await reader.read(await work_queue([str(short)]))
     assert "short.bin" in caplog.text
+
+
+@pytest.mark.both_backends
+@pytest.mark.parametrize("verb", ["read", "read_up_to"])
+async def test_buffered_reads_yield_periodically(tmp_path: Path, verb: str) -> None:
+    """Reads served from the read-ahead buffer still reach a cancellation point."""
+    from asyncreader._readers.base import _YIELD_INTERVAL
+
+    a = tmp_path / "a.txt"
+    a.write_bytes(b"".join(b"%d\n" % i for i in range(10 * _YIELD_INTERVAL)))
+    q = await work_queue([str(a)])
+    async with ar.TextLineReader() as reader:
+
+        async def one() -> bytes:
+            if verb == "read":
+                return (await reader.read(q))[1]
+            [value] = (await reader.read_up_to(q, 1))[1]
+            return value
+
+        with anyio.fail_after(10):
+            assert await one() == b"0"
+            got = 0
+            with anyio.CancelScope() as scope:
+                scope.cancel()
+                while True:
+                    assert await one() == b"%d" % (got + 1)
+                    got += 1
+            assert scope.cancelled_caught
+            assert 0 < got < _YIELD_INTERVAL
+            # Nothing was lost: the next read returns the next line.
+            assert await one() == b"%d" % (got + 1)

@@ -393,3 +393,32 @@ async def test_name_statistics_and_repr() -> None:
             pass
 
     assert ar.QueueRunner(Plain(), [_counter(q)]).name == "Plain"
+
+
+@pytest.mark.both_backends
+async def test_an_op_that_never_blocks_still_lets_other_tasks_run() -> None:
+    """The runner yields every YIELD_INTERVAL steps even when its op never does."""
+    from asyncreader._runtime.queue_runner import YIELD_INTERVAL
+
+    steps = 0
+    total = 20 * YIELD_INTERVAL
+
+    async def never_blocks() -> None:
+        nonlocal steps
+        if steps >= total:
+            raise ar.OutOfRangeError("done")
+        steps += 1
+
+    q = ar.FIFOQueue(1)
+    qr = ar.QueueRunner(q, [never_blocks])
+    seen: list[int] = []
+    with anyio.fail_after(10):
+        async with ar.Coordinator():
+            qr.start()
+            while steps < total:
+                await anyio.lowlevel.checkpoint()
+                seen.append(steps)
+    gaps = [b - a for a, b in zip([0, *seen], seen, strict=False)]
+    # Without the yields, the first look would only come after all the steps.
+    assert len(seen) >= total // (2 * YIELD_INTERVAL)
+    assert max(gaps) <= 2 * YIELD_INTERVAL
