@@ -20,7 +20,9 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import struct
+import warnings
 from typing import Any, Final
 
 import numpy as np
@@ -41,6 +43,8 @@ MAX_NODES: Final = 50_000_000
 _MAX_NDIM: Final = 32
 #: Array dtypes a checkpoint may hold: numbers, bools, fixed-width text, dates.
 _ARRAY_KINDS: Final = frozenset("biufcSUmM")
+# ``dtype.str`` of those kinds: byte order, kind, item size, a datetime unit.
+_DTYPE_STR: Final = re.compile(r"[<>|][biufcSUmM][0-9]{1,9}(\[[0-9]{0,9}[A-Za-z]{1,3}\])?")
 #: The keys of each tagged node, by tag.
 _NODE_KEYS: Final = {
     "$d": frozenset({"$d"}),
@@ -220,11 +224,15 @@ class _Reader:
 
     @staticmethod
     def dtype(value: Any) -> np.dtype[Any]:
-        if not isinstance(value, str) or len(value) > 32:
+        # Only the shape of string ``encode`` writes (``dtype.str``) reaches numpy: its
+        # parser takes comma lists through ``ast.literal_eval`` and warns on old aliases.
+        if not isinstance(value, str) or _DTYPE_STR.fullmatch(value) is None:
             raise _Malformed(f"bad array dtype {_short(value)}")
         try:
-            dtype = np.dtype(value)
-        except (TypeError, ValueError):
+            with warnings.catch_warnings():
+                warnings.simplefilter("error")
+                dtype = np.dtype(value)
+        except (TypeError, ValueError, Warning):
             raise _Malformed(f"bad array dtype {_short(value)}") from None
         if (
             dtype.kind not in _ARRAY_KINDS

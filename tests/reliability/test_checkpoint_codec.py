@@ -202,6 +202,12 @@ test_crafted_header_length, test_crafted_header_length_stress = both(
         ({"$a": [0, 8], "dtype": "|O", "shape": [1]}, "bad array dtype"),
         ({"$a": [0, 8], "dtype": "(2,)<f4", "shape": [1]}, "bad array dtype"),
         ({"$a": [0, 8], "dtype": 5, "shape": [1]}, "bad array dtype"),
+        # Strings numpy parses with ast.literal_eval or warns about (found by fuzzing).
+        ({"$a": [0, 8], "dtype": "i4,,", "shape": [1]}, "bad array dtype"),
+        ({"$a": [0, 8], "dtype": "(,)i4", "shape": [1]}, "bad array dtype"),
+        ({"$a": [0, 8], "dtype": "<i4,<i4", "shape": [1]}, "bad array dtype"),
+        ({"$a": [0, 8], "dtype": "|a8", "shape": [1]}, "bad array dtype"),
+        ({"$a": [0, 8], "dtype": "float64", "shape": [1]}, "bad array dtype"),
         ({"$a": [0, 8], "dtype": "<f8", "shape": [-1]}, "bad array shape"),
         ({"$a": [0, 8], "dtype": "<f8", "shape": [10**6, 10**6]}, "needs 8000000000000 bytes"),
         ({"$o": [], "shape": [10**9]}, "does not hold 1000000000 items"),
