@@ -275,7 +275,17 @@ class ReaderBase(SharedResource, ABC):
             )
         cls._has_read_many = cls.read_many is not ReaderBase.read_many
 
-    def __init__(self, name: str | None = None, *, on_error: OnError = None) -> None:
+    def __init__(
+        self,
+        name: str | None = None,
+        *,
+        on_error: OnError = None,
+        shared_name: str | None = None,
+        container: str | None = None,
+    ) -> None:
+        # shared_name / container are consumed by SharedResourceMeta before __init__ runs;
+        # they are named here so that type checkers accept them.
+        del shared_name, container
         self._name = name if name is not None else type(self).__name__
         self._policy = as_policy(on_error)
         self._dead: collections.deque[DeadLetter] = collections.deque(maxlen=MAX_DEAD_LETTERS)

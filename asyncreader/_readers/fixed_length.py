@@ -62,7 +62,12 @@ class FixedLengthRecordReader(FramedReader):
         name: str | None = None,
         *,
         on_error: OnError = None,
+        shared_name: str | None = None,
+        container: str | None = None,
     ) -> None:
+        # shared_name / container are consumed by SharedResourceMeta before __init__ runs;
+        # they are named here so that type checkers accept them.
+        del shared_name, container
         if encoding is not None and not isinstance(encoding, str):
             raise InvalidArgumentError(f"encoding must be a string, not {encoding!r}")
         # The framer validates the sizes with TensorFlow's messages, and the encoding.

@@ -50,7 +50,12 @@ class TextLineReader(FramedReader):
         *,
         on_error: OnError = None,
         max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES,
+        shared_name: str | None = None,
+        container: str | None = None,
     ) -> None:
+        # shared_name / container are consumed by SharedResourceMeta before __init__ runs;
+        # they are named here so that type checkers accept them.
+        del shared_name, container
         if isinstance(skip_header_lines, bool) or not isinstance(skip_header_lines, int):
             raise InvalidArgumentError(
                 f"skip_header_lines must be an integer, not {skip_header_lines!r}"

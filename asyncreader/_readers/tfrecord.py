@@ -58,7 +58,12 @@ class TFRecordReader(FramedReader):
         *,
         on_error: OnError = None,
         max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES,
+        shared_name: str | None = None,
+        container: str | None = None,
     ) -> None:
+        # shared_name / container are consumed by SharedResourceMeta before __init__ runs;
+        # they are named here so that type checkers accept them.
+        del shared_name, container
         self._compression = parse_compression_type(compression_type)
         #: The longest payload read.
         self.max_record_bytes = check_max_record_bytes(max_record_bytes)
