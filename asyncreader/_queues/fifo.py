@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections import deque
 from typing import TYPE_CHECKING, Any, ClassVar, SupportsIndex
 
+from .._typing import ElementT
 from ._base import QueueBase
 from ._elements import TypedCodec, UntypedCodec
 
@@ -24,7 +25,7 @@ def _make_codec(dtypes: Any, shapes: Any, names: Any) -> TypedCodec | UntypedCod
     return TypedCodec(dtypes, shapes, names)
 
 
-class _DequeStorage(QueueBase):
+class _DequeStorage(QueueBase[ElementT]):
     """Storage of the FIFO queue types: a deque, oldest element on the left."""
 
     _buf: deque[Any]
@@ -57,7 +58,7 @@ class _DequeStorage(QueueBase):
         self._buf.extendleft(reversed(elems))
 
 
-class FIFOQueue(_DequeStorage):
+class FIFOQueue(_DequeStorage[ElementT]):
     """A queue that hands out elements in the order they were enqueued.
 
     TensorFlow's ``tf.queue.FIFOQueue`` on anyio: blocked callers are served in arrival

@@ -6,7 +6,7 @@ if a public name's type becomes less precise (``Any``) or wrong.
 
 from __future__ import annotations
 
-from typing import assert_type
+from typing import Any, assert_type
 
 import numpy as np
 
@@ -45,3 +45,34 @@ def statistics(queue: ar.FIFOQueue, writer: ar.TFRecordWriter, session: ar.Sessi
     assert_type(writer.statistics(), ar.WriterStatistics)
     assert_type(session.statistics(), ar.SessionStatistics)
     assert_type(session.coord.statistics(), ar.CoordinatorStatistics)
+
+
+async def batches(coord: ar.Coordinator, plain: ar.Batcher) -> None:
+    # A plain ``ar.Batcher`` is accepted (its batch type defaults to Any) ...
+    assert_type(await plain.dequeue(), Any)
+
+    async def pairs() -> tuple[bytes, int]:
+        return b"x", 1
+
+    # ... and a declared batch type is what dequeue() and ``async for`` give.
+    typed: ar.Batcher[tuple[np.ndarray, np.ndarray]] = ar.batch(pairs, 4, coord=coord)
+    assert_type(await typed.dequeue(), tuple[np.ndarray, np.ndarray])
+    async for images, labels in typed:
+        assert_type(images, np.ndarray)
+        assert_type(labels, np.ndarray)
+    assert_type(typed.statistics(), ar.BatcherStatistics)
+
+
+async def queues(plain: ar.FIFOQueue) -> None:
+    assert_type(await plain.dequeue(), Any)
+    names: ar.FIFOQueue[bytes] = ar.FIFOQueue(8)
+    assert_type(await names.dequeue(), bytes)
+    assert_type(names.dequeue_nowait(), bytes)
+    shuffled: ar.RandomShuffleQueue[tuple[np.ndarray, np.ndarray]] = ar.RandomShuffleQueue(
+        8, 2, ["float32", "int64"]
+    )
+    assert_type(await shuffled.dequeue(), tuple[np.ndarray, np.ndarray])
+    padded = ar.PaddingFIFOQueue[np.ndarray](8, ["int32"], [[None]])
+    assert_type(await padded.dequeue(), np.ndarray)
+    ranked = ar.PriorityQueue[tuple[np.ndarray, np.ndarray]](8, ["string"], [()])
+    assert_type(await ranked.dequeue(), tuple[np.ndarray, np.ndarray])
