@@ -1,7 +1,7 @@
 """User code is type-checked the way users check it: ``mypy --strict``.
 
 The documentation's complete programs (found as tests/test_docs_examples.py finds them),
-examples/ and tests/typing/public_types.py (``assert_type`` checks of the public surface)
+examples/ and tests/typecheck/public_types.py (``assert_type`` checks of the public surface)
 are copied into a temporary directory and checked with ``mypy --strict`` and no project
 configuration, so the library's own relaxations for its tests do not apply.
 """
@@ -52,7 +52,11 @@ def checked(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     """``{file name: mypy's messages about it}`` after one ``mypy --strict`` run over all."""
     tmp_path = tmp_path_factory.mktemp("typing")
     sources = _docs_programs()
-    for path in [*sorted((ROOT / "examples").glob("*.py")), ROOT / "tests/typing/public_types.py"]:
+    checked_files = [
+        *sorted((ROOT / "examples").glob("*.py")),
+        ROOT / "tests/typecheck/public_types.py",
+    ]
+    for path in checked_files:
         sources[path.name] = path.read_text(encoding="utf-8")
     # One directory per file: the programs are separate scripts, not one package.
     files = []
