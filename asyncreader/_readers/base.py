@@ -245,6 +245,10 @@ class ReaderBase(SharedResource, ABC):
 
     Args:
         name: Shown in messages as ``<Kind> '<name>'``; defaults to the class name.
+        on_error: What to do with bad input: ``"raise"`` (the default), ``"skip"`` or an
+            :class:`~asyncreader.ErrorPolicy`.
+        shared_name, container: Share the reader under this name and container in the
+            current Session's resources (see ``ResourceMgr``).
     """
 
     _resource_kind: ClassVar[str] = "reader"

@@ -44,6 +44,8 @@ class FixedLengthRecordReader(FramedReader):
         name: The reader's name in messages.
         on_error: What to do with bad input: ``\"raise\"`` (the default, as
             TensorFlow), ``\"skip\"`` or an :class:`~asyncreader.ErrorPolicy`.
+        shared_name, container: Share the reader under this name and container in the
+            current Session's resources (see ``ResourceMgr``).
 
     Raises:
         InvalidArgumentError: ``<name> must be >= 0 not <v>`` for a negative size, or

@@ -28,6 +28,8 @@ class TextLineReader(FramedReader):
         name: The reader's name in messages.
         on_error: What to do with bad input: ``\"raise\"`` (the default, as
             TensorFlow), ``\"skip\"`` or an :class:`~asyncreader.ErrorPolicy`.
+        shared_name, container: Share the reader under this name and container in the
+            current Session's resources (see ``ResourceMgr``).
         max_record_bytes: The longest line read (default 256 MiB, see
             ``DEFAULT_MAX_RECORD_BYTES`` in :mod:`asyncreader._records`). A longer line
             raises :class:`~asyncreader.ResourceExhaustedError` naming the file, line and

@@ -31,6 +31,8 @@ class WholeFileReader(WorkItemKeys, ReaderBase):
         name: The reader's name in messages.
         on_error: What to do with bad input: ``\"raise\"`` (the default, as
             TensorFlow), ``\"skip\"`` or an :class:`~asyncreader.ErrorPolicy`.
+        shared_name, container: Share the reader under this name and container in the
+            current Session's resources (see ``ResourceMgr``).
     """
 
     _tf_state: ClassVar[bool] = True
