@@ -3,7 +3,8 @@
 The documentation's complete programs (found as tests/test_docs_examples.py finds them),
 examples/ and tests/typecheck/public_types.py (``assert_type`` checks of the public surface)
 are copied into a temporary directory and checked with ``mypy --strict`` and no project
-configuration, so the library's own relaxations for its tests do not apply.
+configuration, so the library's own relaxations for its tests do not apply. One mypy run
+checks them all (about 10 s).
 """
 
 from __future__ import annotations
@@ -12,8 +13,7 @@ import re
 from pathlib import Path
 
 import pytest
-
-mypy_api = pytest.importorskip("mypy.api")
+from mypy import api as mypy_api  # in the test extra: a missing mypy fails, not skips
 
 ROOT = Path(__file__).resolve().parent.parent
 _BLOCK = re.compile(r"^```python\n(.*?)^```", re.S | re.M)
