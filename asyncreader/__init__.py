@@ -8,9 +8,10 @@ pipeline. Everything runs on anyio, under asyncio or trio.
 Everything public is importable from here: ``import asyncreader as ar``.
 """
 
-from __future__ import annotations
-
-import contextlib
+# No ``from __future__ import annotations`` and no plain module imports here: every name
+# this module binds is either in ``__all__`` or private, so ``dir(asyncreader)`` shows only
+# the public surface.
+import contextlib as _contextlib
 
 from . import errors as errors
 
@@ -77,6 +78,9 @@ from ._pipeline.batching import (
     Batcher as Batcher,
 )
 from ._pipeline.batching import (
+    BatcherStatistics as BatcherStatistics,
+)
+from ._pipeline.batching import (
     batch as batch,
 )
 from ._pipeline.batching import (
@@ -101,6 +105,9 @@ from ._pipeline.batching import (
     shuffle_batch_join as shuffle_batch_join,
 )
 from ._pipeline.producers import (
+    ProducerStatistics as ProducerStatistics,
+)
+from ._pipeline.producers import (
     input_producer as input_producer,
 )
 from ._pipeline.producers import (
@@ -117,6 +124,7 @@ from ._pipeline.producers import (
 )
 
 # --- queues ---
+from ._queues._base import QueueStatistics as QueueStatistics
 from ._queues.fifo import FIFOQueue as FIFOQueue
 from ._queues.padding import PaddingFIFOQueue as PaddingFIFOQueue
 from ._queues.priority import PriorityQueue as PriorityQueue
@@ -143,12 +151,16 @@ from ._records.iterator import (
     tf_record_iterator as tf_record_iterator,
 )
 from ._records.writer import TFRecordWriter as TFRecordWriter
+from ._records.writer import WriterStatistics as WriterStatistics
 
 # --- runtime ---
 from ._runtime.coordinator import Coordinator as Coordinator
+from ._runtime.coordinator import CoordinatorStatistics as CoordinatorStatistics
 from ._runtime.queue_runner import QueueRunner as QueueRunner
+from ._runtime.queue_runner import QueueRunnerStatistics as QueueRunnerStatistics
 from ._runtime.resources import ResourceMgr as ResourceMgr
 from ._runtime.session import Session as Session
+from ._runtime.session import SessionStatistics as SessionStatistics
 from ._runtime.stages import StageStatistics as StageStatistics
 
 __version__ = "0.1.0"
@@ -161,7 +173,9 @@ __all__ = [
     "batch",
     "batch_join",
     "Batcher",
+    "BatcherStatistics",
     "Coordinator",
+    "CoordinatorStatistics",
     "DataLossError",
     "DeadLetter",
     "DecodeErrors",
@@ -189,8 +203,11 @@ __all__ = [
     "parse_example",
     "parse_single_example",
     "PriorityQueue",
+    "ProducerStatistics",
     "QueueClosedError",
     "QueueRunner",
+    "QueueRunnerStatistics",
+    "QueueStatistics",
     "RandomShuffleQueue",
     "range_input_producer",
     "ReaderBase",
@@ -199,6 +216,7 @@ __all__ = [
     "ResourceExhaustedError",
     "ResourceMgr",
     "Session",
+    "SessionStatistics",
     "set_io_threads",
     "set_remote_timeouts",
     "shuffle_batch",
@@ -214,6 +232,7 @@ __all__ = [
     "TFRecordWriter",
     "VarLenFeature",
     "WholeFileReader",
+    "WriterStatistics",
 ]
 
 
@@ -223,7 +242,7 @@ def _fix_module_names() -> None:
         obj = globals()[name]
         module = getattr(obj, "__module__", "")
         if module.startswith("asyncreader._"):
-            with contextlib.suppress(AttributeError, TypeError):  # e.g. typing aliases
+            with _contextlib.suppress(AttributeError, TypeError):  # e.g. typing aliases
                 obj.__module__ = __name__
 
 

@@ -468,7 +468,7 @@ class InputPipeline:
 
     filename_queue: Any
     chunkers: tuple[ImageChunker, ...]
-    batcher: Batcher
+    batcher: Batcher[tuple[np.ndarray, np.ndarray]]
 
     def records_read(self) -> int:
         """Return the records the readers have read so far."""
@@ -490,7 +490,7 @@ def distorted_inputs(
     min_after_dequeue: int | None = None,
     distort_colours: bool = True,
     coord: Any = None,
-) -> Batcher:
+) -> Batcher[tuple[np.ndarray, np.ndarray]]:
     """Start the CIFAR-10 training input pipeline; return its batcher.
 
     ``await batcher.dequeue()`` returns ``(images, labels)``: ``(batch_size, 24, 24, 3)``
@@ -594,7 +594,7 @@ def inputs(
     num_epochs: int | None = 1,
     chunk_size: int = DEFAULT_CHUNK,
     coord: Any = None,
-) -> Batcher:
+) -> Batcher[tuple[np.ndarray, np.ndarray]]:
     """Start the CIFAR-10 evaluation input pipeline; return its batcher.
 
     TensorFlow's ``cifar10_input.inputs``: files in order, central crops, standardisation,

@@ -2,10 +2,10 @@
 names are all there, documented, and shown as ``asyncreader.X``."""
 
 from __future__ import annotations
-import __future__
 
 import inspect
 import pickle
+import re
 import types
 
 import pytest
@@ -64,18 +64,33 @@ CONTRACT = {
 }
 
 
+def _is_own_submodule(name: str, value: object) -> bool:
+    # Importing asyncreader.cifar10 (say) binds it on the package: that is Python, not a leak.
+    return isinstance(value, types.ModuleType) and value.__name__ == f"asyncreader.{name}"
+
+
 def _public_attributes() -> set[str]:
     return {
         name
         for name, value in vars(ar).items()
-        if not name.startswith("_")
-        and not isinstance(value, (types.ModuleType, __future__._Feature))
-    } | {"errors"}
+        if not name.startswith("_") and (name == "errors" or not _is_own_submodule(name, value))
+    }
 
 
 def test_all_lists_exactly_the_public_attributes() -> None:
     assert len(ar.__all__) == len(set(ar.__all__)), "duplicates in __all__"
     assert set(ar.__all__) == _public_attributes()
+
+
+def test_dir_shows_only_the_public_names() -> None:
+    # No stray module or __future__ feature (``contextlib``, ``annotations``) in dir().
+    shown = {
+        name
+        for name in dir(ar)
+        if not name.startswith("_")
+        and (name == "errors" or not _is_own_submodule(name, getattr(ar, name)))
+    }
+    assert shown == set(ar.__all__)
 
 
 def test_contract_names_are_exported() -> None:
@@ -117,3 +132,44 @@ def test_version_is_the_installed_distribution_version() -> None:
     from importlib.metadata import version
 
     assert ar.__version__ == version("asyncreader")
+
+
+def _returned_names(func: object) -> set[str]:
+    annotation = inspect.signature(func).return_annotation  # type: ignore[arg-type]
+    return set(re.findall(r"[A-Za-z_]\w*", annotation)) if isinstance(annotation, str) else set()
+
+
+def _public_methods(cls: type) -> list[object]:
+    return [
+        member.fget if isinstance(member, property) else member
+        for klass in cls.__mro__
+        if klass.__module__.startswith("asyncreader")
+        for attr, member in vars(klass).items()
+        if not attr.startswith("_") and (callable(member) or isinstance(member, property))
+    ]
+
+
+def test_statistics_types_that_public_methods_return_are_exported() -> None:
+    # The public classes, and the classes that public functions and methods hand out
+    # (slice_input_producer's SliceProducer, say): what their methods return is exported.
+    seen: set[type] = set()
+    todo = [getattr(ar, name) for name in ar.__all__]
+    returned: set[str] = set()
+    while todo:
+        obj = todo.pop()
+        funcs = _public_methods(obj) if inspect.isclass(obj) else [obj]
+        if inspect.isclass(obj):
+            if obj in seen:
+                continue
+            seen.add(obj)
+        for func in funcs:
+            if not inspect.isfunction(func):
+                continue
+            for name in _returned_names(func):
+                returned.add(name)
+                found = func.__globals__.get(name)
+                if inspect.isclass(found) and found.__module__.startswith("asyncreader"):
+                    todo.append(found)
+    statistics = {name for name in returned if name.endswith("Statistics")}
+    assert len(statistics) >= 9, sorted(statistics)
+    assert statistics - set(ar.__all__) == set()

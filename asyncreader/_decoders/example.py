@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import TYPE_CHECKING, Final, TypeAlias
+from typing import TYPE_CHECKING, Any, Final, TypeAlias, overload
 
 import numpy as np
 
@@ -466,12 +466,29 @@ class SparseTensorValue:
 
 ParseSpec: TypeAlias = "FixedLenFeature | VarLenFeature"
 ParseResult: TypeAlias = "dict[str, np.ndarray | SparseTensorValue]"
+# What the parsers return when every feature is of one kind, so the values need no cast.
+DenseResult: TypeAlias = "dict[str, np.ndarray]"
+SparseResult: TypeAlias = "dict[str, SparseTensorValue]"
 
 
 # --- parsing ---------------------------------------------------------------------------
 
 
-def parse_single_example(serialized: bytes | str, features: Mapping[str, ParseSpec]) -> ParseResult:
+@overload
+def parse_single_example(
+    serialized: bytes | str, features: Mapping[str, FixedLenFeature]
+) -> DenseResult: ...
+@overload
+def parse_single_example(
+    serialized: bytes | str, features: Mapping[str, VarLenFeature]
+) -> SparseResult: ...
+@overload
+def parse_single_example(
+    serialized: bytes | str, features: Mapping[str, ParseSpec]
+) -> ParseResult: ...
+def parse_single_example(
+    serialized: bytes | str, features: Mapping[str, ParseSpec]
+) -> dict[str, Any]:  # the overloads above give the precise result
     """Parse one serialized Example into ``{name: array or SparseTensorValue}``.
 
     Mirrors ``tf.io.parse_single_example``: a :class:`FixedLenFeature` gives an array of its
@@ -498,6 +515,25 @@ def parse_single_example(serialized: bytes | str, features: Mapping[str, ParseSp
     return _parse(_check_specs(features), [to_bytes(serialized)], None, single=True)
 
 
+@overload
+def parse_example(
+    serialized: object,
+    features: Mapping[str, FixedLenFeature],
+    *,
+    example_names: Sequence[str | bytes] | None = None,
+    on_error: OnError | DecodeErrors = None,
+    keys: object = None,
+) -> DenseResult: ...
+@overload
+def parse_example(
+    serialized: object,
+    features: Mapping[str, VarLenFeature],
+    *,
+    example_names: Sequence[str | bytes] | None = None,
+    on_error: OnError | DecodeErrors = None,
+    keys: object = None,
+) -> SparseResult: ...
+@overload
 def parse_example(
     serialized: object,
     features: Mapping[str, ParseSpec],
@@ -505,7 +541,15 @@ def parse_example(
     example_names: Sequence[str | bytes] | None = None,
     on_error: OnError | DecodeErrors = None,
     keys: object = None,
-) -> ParseResult:
+) -> ParseResult: ...
+def parse_example(
+    serialized: object,
+    features: Mapping[str, ParseSpec],
+    *,
+    example_names: Sequence[str | bytes] | None = None,
+    on_error: OnError | DecodeErrors = None,
+    keys: object = None,
+) -> dict[str, Any]:  # the overloads above give the precise result
     """Parse a batch of serialized Examples into batched arrays, as ``tf.io.parse_example``.
 
     A :class:`FixedLenFeature` gives an array of shape ``[batch_size] + shape``; a

@@ -30,7 +30,7 @@ from __future__ import annotations
 import inspect
 from collections.abc import AsyncIterable, AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Generic
 
 import anyio
 import numpy as np
@@ -39,6 +39,7 @@ from .._errors import InvalidArgumentError, OutOfRangeError
 from .._queues.record_refs import RecordRefs, as_record_refs
 from .._runtime.checkpoint import owned_resources
 from .._runtime.context import current_session
+from .._typing import BatchT
 from ._common import resolve_coordinator
 from ._structure import (
     Shape,
@@ -252,7 +253,7 @@ def _select_rows(comps: tuple[Any, ...], mask: np.ndarray[Any, Any]) -> tuple[An
     return tuple(out)
 
 
-class Batcher:
+class Batcher(Generic[BatchT]):
     """Batches of examples from a queue that runner tasks fill in the background.
 
     Made by :func:`batch`, :func:`shuffle_batch` and their variants, never directly.
@@ -263,6 +264,10 @@ class Batcher:
 
     The queue is created when the first example arrives (its dtypes and shapes come from
     it), so :attr:`queue` is ``None`` until then.
+
+    For type checkers, ``Batcher`` is generic in its batch type, ``Any`` by default; code
+    that knows its layout states it, e.g. ``b: ar.Batcher[tuple[np.ndarray, np.ndarray]]
+    = ar.batch(...)``, and then ``dequeue()`` and ``async for`` give that type.
     """
 
     __slots__ = (
@@ -582,7 +587,7 @@ class Batcher:
         await self._ready.wait()
         return self._queue is not None
 
-    async def dequeue(self) -> Any:
+    async def dequeue(self) -> BatchT:
         """Return the next batch.
 
         Waits for ``batch_size`` examples. Once the input has ended, the remaining full
@@ -611,14 +616,16 @@ class Batcher:
             out = await queue.dequeue_many(self._batch_size)
         self._batches += 1
         structure = self._structure_or_fail()
-        if isinstance(out, (tuple, list)) and len(out) == structure.size:
-            return structure.pack(out)
-        return structure.pack((out,))
+        # The layout is the examples'; BatchT is what the caller declared it to be.
+        batch: BatchT = structure.pack(
+            out if isinstance(out, (tuple, list)) and len(out) == structure.size else (out,)
+        )
+        return batch
 
-    def __aiter__(self) -> Batcher:
+    def __aiter__(self) -> Batcher[BatchT]:
         return self
 
-    async def __anext__(self) -> Any:
+    async def __anext__(self) -> BatchT:
         try:
             return await self.dequeue()
         except OutOfRangeError:

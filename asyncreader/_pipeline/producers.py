@@ -19,7 +19,7 @@ import hashlib
 from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 import anyio
 import numpy as np
@@ -31,7 +31,12 @@ from ._common import resolve_coordinator
 from ._structure import format_shape
 
 if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable
+
+    from .._queues.fifo import FIFOQueue
     from .._runtime.coordinator import Coordinator
+
+T = TypeVar("T")
 
 __all__ = [
     "InputProducer",
@@ -212,7 +217,7 @@ class InputProducer:
         self,
         what: str,
         rows: np.ndarray[Any, Any],
-        queue: Any,
+        queue: FIFOQueue,
         *,
         num_epochs: int | None,
         shuffle: bool,
@@ -236,7 +241,7 @@ class InputProducer:
         self._enqueuing = False
 
     @property
-    def queue(self) -> Any:
+    def queue(self) -> FIFOQueue:
         """The queue this producer fills."""
         return self._queue
 
@@ -482,7 +487,7 @@ def _start(
     shared_name: str | None,
     name: str | None,
     inputs: Sequence[np.ndarray[Any, Any]] | None = None,
-) -> Any:
+) -> FIFOQueue:
     """Make the queue, the producer and its runner, and start the runner in the coordinator.
 
     ``inputs``: what identifies the input in checkpoints, when it is not ``rows``.
@@ -493,10 +498,8 @@ def _start(
     session = current_session()
     if session is not None and session.deterministic and shuffle and seed is None:
         raise InvalidArgumentError(f"{what}: a deterministic Session needs a seed for shuffle=True")
-    # The resource metaclass adds shared_name= to the constructor; typing can't see it.
-    queue_type: Any = FIFOQueue
     with owned_resources():  # the producer's state stands for the queue's contents
-        queue = queue_type(
+        queue = FIFOQueue(
             capacity, rows.dtype, tuple(rows.shape[1:]), name=name, shared_name=shared_name
         )
     producer = InputProducer(
@@ -544,7 +547,7 @@ def string_input_producer(
     coord: Coordinator | None = None,
     shared_name: str | None = None,
     name: str | None = None,
-) -> Any:
+) -> FIFOQueue:
     """Return a queue of strings (typically file names) refilled epoch after epoch.
 
     Args:
@@ -601,7 +604,7 @@ def range_input_producer(
     coord: Coordinator | None = None,
     shared_name: str | None = None,
     name: str | None = None,
-) -> Any:
+) -> FIFOQueue:
     """Return a queue of the ints ``0 .. limit - 1`` (int32), refilled epoch after epoch.
 
     The other arguments are as for :func:`string_input_producer`.
@@ -648,7 +651,7 @@ def input_producer(
     coord: Coordinator | None = None,
     shared_name: str | None = None,
     name: str | None = None,
-) -> Any:
+) -> FIFOQueue:
     """Return a queue of the rows of ``input_tensor``, refilled epoch after epoch.
 
     The other arguments are as for :func:`string_input_producer`.
@@ -714,7 +717,7 @@ class SliceProducer:
         self._keys = keys
         self._kind = kind
         #: The queue of row indices (a range producer's queue).
-        self.queue: Any = None
+        self.queue: FIFOQueue
         #: The :class:`InputProducer` filling :attr:`queue`.
         self.producer: InputProducer
 
@@ -818,17 +821,17 @@ def slice_input_producer(
     return slices
 
 
-class _EpochLimiter:
+class _EpochLimiter(Generic[T]):
     """The async callable returned by :func:`limit_epochs`."""
 
     __slots__ = ("_count", "_limit", "_value")
 
-    def __init__(self, value: object, limit: int | None) -> None:
+    def __init__(self, value: T, limit: int | None) -> None:
         self._value = value
         self._limit = limit
         self._count = 0
 
-    async def __call__(self) -> Any:
+    async def __call__(self) -> T:
         await anyio.lowlevel.checkpoint()
         if self._limit is not None:
             if self._count >= self._limit:
@@ -845,7 +848,7 @@ class _EpochLimiter:
         return f"<limit_epochs {self._count}/{self._limit}>"
 
 
-def limit_epochs(tensor: object, num_epochs: int | None = None) -> Any:
+def limit_epochs(tensor: T, num_epochs: int | None = None) -> Callable[[], Awaitable[T]]:
     """Return an async callable that returns ``tensor`` ``num_epochs`` times, then ends.
 
     Each call returns ``tensor``; the call after the ``num_epochs``-th raises

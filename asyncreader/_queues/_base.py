@@ -27,7 +27,7 @@ import operator
 import sys
 from collections import deque
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar, Protocol, SupportsIndex
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, Protocol, SupportsIndex
 
 import anyio
 from anyio.lowlevel import checkpoint
@@ -41,6 +41,7 @@ from .._errors import (
 from .._runtime.checkpoint import current_stage
 from .._runtime.context import current_coordinator
 from .._runtime.resources import SharedResource
+from .._typing import ElementT
 from .._yields import yield_budget
 from .record_refs import RecordRefsArg, RefLayout, as_record_refs
 
@@ -194,7 +195,7 @@ def _normalize_capacity(capacity: SupportsIndex | None) -> int:
     return _UNBOUNDED if value < 0 else value
 
 
-class QueueBase(SharedResource):
+class QueueBase(SharedResource, Generic[ElementT]):
     """Behaviour common to every queue type; subclasses supply the storage.
 
     Storage hooks: :attr:`_buf` (anything with ``len``), the callables :attr:`_push` (one
@@ -794,7 +795,7 @@ class QueueBase(SharedResource):
 
     # -- dequeue -----------------------------------------------------------------------------
 
-    async def dequeue(self) -> Any:
+    async def dequeue(self) -> ElementT:
         """Remove and return one element, waiting while the queue is empty.
 
         Returns:
@@ -812,13 +813,16 @@ class QueueBase(SharedResource):
                 self._total_out += 1
                 if self._enqueuers:
                     self._notify()
-                return self._codec.decode_one(elem) if self._typed else elem
+                # Typed as the element type the queue was declared with (Any by default).
+                out: ElementT = self._codec.decode_one(elem) if self._typed else elem
+                return out
             if self._closed:
                 raise self._insufficient(1, len(self._buf), many=False)
         taken = await self._dequeue_slow(1, _SINGLE)
-        return self._codec.decode_one(taken[0]) if self._typed else taken[0]
+        out = self._codec.decode_one(taken[0]) if self._typed else taken[0]
+        return out
 
-    def dequeue_nowait(self) -> Any:
+    def dequeue_nowait(self) -> ElementT:
         """Remove and return one element if one can be taken right now.
 
         Raises:
@@ -832,7 +836,8 @@ class QueueBase(SharedResource):
             self._total_out += 1
             if self._enqueuers:
                 self._notify()
-            return self._codec.decode_one(elem) if self._typed else elem
+            out: ElementT = self._codec.decode_one(elem) if self._typed else elem
+            return out
         if self._closed:
             raise self._insufficient(1, len(self._buf), many=False)
         raise anyio.WouldBlock

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections import deque
 from typing import TYPE_CHECKING, Any, ClassVar, SupportsIndex
 
+from .._typing import ElementT
 from ._base import QueueBase
 from ._elements import TypedCodec, make_codec
 
@@ -14,7 +15,7 @@ if TYPE_CHECKING:
 __all__ = ["FIFOQueue"]
 
 
-class _DequeStorage(QueueBase):
+class _DequeStorage(QueueBase[ElementT]):
     """Storage of the FIFO queue types: a deque, oldest element on the left."""
 
     _buf: deque[Any]
@@ -47,7 +48,7 @@ class _DequeStorage(QueueBase):
         self._buf.extendleft(reversed(elems))
 
 
-class FIFOQueue(_DequeStorage):
+class FIFOQueue(_DequeStorage[ElementT]):
     """A queue that hands out elements in the order they were enqueued.
 
     TensorFlow's ``tf.queue.FIFOQueue`` on anyio: blocked callers are served in arrival

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, ClassVar, SupportsIndex
 
 from .._errors import InvalidArgumentError
+from .._typing import ElementT
 from ._elements import TypedCodec, split_shapes
 from .fifo import _DequeStorage
 
@@ -14,7 +15,7 @@ if TYPE_CHECKING:
 __all__ = ["PaddingFIFOQueue"]
 
 
-class PaddingFIFOQueue(_DequeStorage):
+class PaddingFIFOQueue(_DequeStorage[ElementT]):
     """A FIFOQueue whose components may have dimensions of unknown size.
 
     Each shape has a known rank, but a dimension may be ``None``. An enqueued value must

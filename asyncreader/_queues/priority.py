@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, SupportsIndex
 import numpy as np
 
 from .._errors import InvalidArgumentError
+from .._typing import ElementT
 from ._base import QueueBase
 from ._elements import Row, TypedCodec, format_shape, split_shapes
 
@@ -43,7 +44,7 @@ class _PriorityCodec(TypedCodec):
         return rows
 
 
-class PriorityQueue(QueueBase):
+class PriorityQueue(QueueBase[ElementT]):
     """A queue that hands out the element with the smallest priority first.
 
     TensorFlow's ``tf.queue.PriorityQueue`` on anyio (SPEC §2.7). ``types`` and ``shapes``

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, SupportsIndex
 import numpy as np
 
 from .._errors import InvalidArgumentError
+from .._typing import ElementT
 from ._base import QueueBase, as_int
 from ._elements import TypedCodec, make_codec
 from ._slab import SlabCodec
@@ -20,7 +21,7 @@ if TYPE_CHECKING:
 __all__ = ["RandomShuffleQueue"]
 
 
-class RandomShuffleQueue(QueueBase):
+class RandomShuffleQueue(QueueBase[ElementT]):
     """A queue that hands out a uniformly random stored element on each dequeue.
 
     TensorFlow's ``tf.queue.RandomShuffleQueue`` on anyio (SPEC §2.5). Storage is an

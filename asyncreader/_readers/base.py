@@ -247,6 +247,10 @@ class ReaderBase(SharedResource, ABC):
 
     Args:
         name: Shown in messages as ``<Kind> '<name>'``; defaults to the class name.
+        on_error: What to do with bad input: ``"raise"`` (the default), ``"skip"`` or an
+            :class:`~asyncreader.ErrorPolicy`.
+        shared_name, container: Share the reader under this name and container in the
+            current Session's resources (see ``ResourceMgr``).
     """
 
     _resource_kind: ClassVar[str] = "reader"
@@ -277,7 +281,17 @@ class ReaderBase(SharedResource, ABC):
             )
         cls._has_read_many = cls.read_many is not ReaderBase.read_many
 
-    def __init__(self, name: str | None = None, *, on_error: OnError = None) -> None:
+    def __init__(
+        self,
+        name: str | None = None,
+        *,
+        on_error: OnError = None,
+        shared_name: str | None = None,
+        container: str | None = None,
+    ) -> None:
+        # shared_name / container are consumed by SharedResourceMeta before __init__ runs;
+        # they are named here so that type checkers accept them.
+        del shared_name, container
         self._name = name if name is not None else type(self).__name__
         self._policy = as_policy(on_error)
         self._dead: collections.deque[DeadLetter] = collections.deque(maxlen=MAX_DEAD_LETTERS)

@@ -44,6 +44,8 @@ class FixedLengthRecordReader(FramedReader):
         name: The reader's name in messages.
         on_error: What to do with bad input: ``\"raise\"`` (the default, as
             TensorFlow), ``\"skip\"`` or an :class:`~asyncreader.ErrorPolicy`.
+        shared_name, container: Share the reader under this name and container in the
+            current Session's resources (see ``ResourceMgr``).
 
     Raises:
         InvalidArgumentError: ``<name> must be >= 0 not <v>`` for a negative size, or
@@ -62,7 +64,12 @@ class FixedLengthRecordReader(FramedReader):
         name: str | None = None,
         *,
         on_error: OnError = None,
+        shared_name: str | None = None,
+        container: str | None = None,
     ) -> None:
+        # shared_name / container are consumed by SharedResourceMeta before __init__ runs;
+        # they are named here so that type checkers accept them.
+        del shared_name, container
         if encoding is not None and not isinstance(encoding, str):
             raise InvalidArgumentError(f"encoding must be a string, not {encoding!r}")
         # The framer validates the sizes with TensorFlow's messages, and the encoding.

@@ -28,6 +28,8 @@ class TextLineReader(FramedReader):
         name: The reader's name in messages.
         on_error: What to do with bad input: ``\"raise\"`` (the default, as
             TensorFlow), ``\"skip\"`` or an :class:`~asyncreader.ErrorPolicy`.
+        shared_name, container: Share the reader under this name and container in the
+            current Session's resources (see ``ResourceMgr``).
         max_record_bytes: The longest line read (default 256 MiB, see
             ``DEFAULT_MAX_RECORD_BYTES`` in ``asyncreader._records``). A longer line
             raises :class:`~asyncreader.ResourceExhaustedError` naming the file, line and
@@ -50,7 +52,12 @@ class TextLineReader(FramedReader):
         *,
         on_error: OnError = None,
         max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES,
+        shared_name: str | None = None,
+        container: str | None = None,
     ) -> None:
+        # shared_name / container are consumed by SharedResourceMeta before __init__ runs;
+        # they are named here so that type checkers accept them.
+        del shared_name, container
         if isinstance(skip_header_lines, bool) or not isinstance(skip_header_lines, int):
             raise InvalidArgumentError(
                 f"skip_header_lines must be an integer, not {skip_header_lines!r}"

@@ -38,6 +38,8 @@ class TFRecordReader(FramedReader):
         name: The reader's name in messages.
         on_error: What to do with bad input: ``\"raise\"`` (the default, as
             TensorFlow), ``\"skip\"`` or an :class:`~asyncreader.ErrorPolicy`.
+        shared_name, container: Share the reader under this name and container in the
+            current Session's resources (see ``ResourceMgr``).
         max_record_bytes: The longest payload read (default 256 MiB, see
             ``DEFAULT_MAX_RECORD_BYTES`` in ``asyncreader._records``). A header
             declaring more raises :class:`~asyncreader.ResourceExhaustedError` naming the
@@ -58,7 +60,12 @@ class TFRecordReader(FramedReader):
         *,
         on_error: OnError = None,
         max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES,
+        shared_name: str | None = None,
+        container: str | None = None,
     ) -> None:
+        # shared_name / container are consumed by SharedResourceMeta before __init__ runs;
+        # they are named here so that type checkers accept them.
+        del shared_name, container
         self._compression = parse_compression_type(compression_type)
         #: The longest payload read.
         self.max_record_bytes = check_max_record_bytes(max_record_bytes)

@@ -31,12 +31,24 @@ class WholeFileReader(WorkItemKeys, ReaderBase):
         name: The reader's name in messages.
         on_error: What to do with bad input: ``\"raise\"`` (the default, as
             TensorFlow), ``\"skip\"`` or an :class:`~asyncreader.ErrorPolicy`.
+        shared_name, container: Share the reader under this name and container in the
+            current Session's resources (see ``ResourceMgr``).
     """
 
     _tf_state: ClassVar[bool] = True
     _rereadable: ClassVar[bool] = True
 
-    def __init__(self, name: str | None = None, *, on_error: OnError = None) -> None:
+    def __init__(
+        self,
+        name: str | None = None,
+        *,
+        on_error: OnError = None,
+        shared_name: str | None = None,
+        container: str | None = None,
+    ) -> None:
+        # shared_name / container are consumed by SharedResourceMeta before __init__ runs;
+        # they are named here so that type checkers accept them.
+        del shared_name, container
         super().__init__(name, on_error=on_error)
         self._file: RandomAccessFile | None = None
 

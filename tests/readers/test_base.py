@@ -326,11 +326,11 @@ async def test_session_close_closes_its_readers(tmp_path: Path) -> None:
 
 async def test_shared_name_returns_the_same_reader_and_checks_arguments() -> None:
     async with ar.Session():
-        a = ar.TextLineReader(skip_header_lines=1, shared_name="lines")  # type: ignore[call-arg]
-        b = ar.TextLineReader(skip_header_lines=1, shared_name="lines")  # type: ignore[call-arg]
+        a = ar.TextLineReader(skip_header_lines=1, shared_name="lines")
+        b = ar.TextLineReader(skip_header_lines=1, shared_name="lines")
         assert a is b
         with pytest.raises(ar.InvalidArgumentError, match="skip_header_lines"):
-            ar.TextLineReader(skip_header_lines=2, shared_name="lines")  # type: ignore[call-arg]
+            ar.TextLineReader(skip_header_lines=2, shared_name="lines")
 
 
 async def test_statistics_and_repr_show_progress() -> None:
