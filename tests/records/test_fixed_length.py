@@ -9,6 +9,7 @@ import zlib
 from typing import Any
 
 import pytest
+from framer_util import feed
 
 import asyncreader as ar
 from asyncreader._records.fixed_length import FixedLengthFramer
@@ -22,23 +23,6 @@ def reference(data: bytes, r: int, h: int = 0, f: int = 0, p: int = 0) -> list[b
         out.append(data[h + i * p : h + i * p + r])
         i += 1
     return out
-
-
-def feed(framer: FixedLengthFramer, data: bytes, cuts: list[int]) -> tuple[list[int], list[bytes]]:
-    keys: list[int] = []
-    values: list[bytes] = []
-    prev = 0
-    for cut in [*cuts, len(data)]:
-        k, v = framer.decode(data[prev:cut])
-        keys += k
-        values += v
-        prev = cut
-        while framer.pending:
-            k, v = framer.decode(b"")
-            keys += k
-            values += v
-    k, v = framer.finish()
-    return keys + k, values + v
 
 
 DATA = bytes(range(40))

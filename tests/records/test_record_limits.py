@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 import anyio
 import pytest
+from framer_util import cuts_every, feed
 
 import asyncreader as ar
 from asyncreader._io.crc import masked_crc32c
@@ -26,8 +27,6 @@ from asyncreader._records.tfrecord import TFRecordFramer, frame_record
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Iterator
     from pathlib import Path
-
-    from asyncreader._records import Framer
 
 MiB = 1 << 20
 #: Bytes of zeros inflated by the bomb, and what its header declares.
@@ -103,15 +102,6 @@ def _raises(
     return run
 
 
-def _feed(framer: Framer, data: bytes, chunk: int) -> list[bytes]:
-    values: list[bytes] = []
-    for at in range(0, len(data), chunk):
-        values += framer.decode(data[at : at + chunk])[1]
-        while framer.pending:
-            values += framer.decode(b"")[1]
-    return values + framer.finish()[1]
-
-
 # -- the decompression bomb -------------------------------------------------------------
 
 
@@ -122,7 +112,7 @@ def test_a_gzip_bomb_fails_at_its_header_without_inflating_it(
     with open(bomb, "rb") as f:
         data = f.read()
     with pytest.raises(ar.ResourceExhaustedError) as info:
-        _feed(framer, data, MiB)
+        feed(framer, data, cuts_every(MiB, data))
     assert peak_memory() < 16 * MiB
     stats = framer.statistics()
     assert stats.buffered < MiB
@@ -300,8 +290,9 @@ def test_the_line_limit_does_not_depend_on_chunk_sizes(chunk: int) -> None:
     data = b"ok\n" * 5 + b"y" * 1000 + b"\n" + b"z" * 1001 + b"\nnever\n"
     framer = LineFramer(max_record_bytes=1000)
     values = framer.decode(data[: 15 + 1001])[1]  # up to the long line
+    rest = data[15 + 1001 :]
     with pytest.raises(ar.ResourceExhaustedError) as info:
-        values += _feed(framer, data[15 + 1001 :], chunk)
+        values += feed(framer, rest, cuts_every(chunk, rest))[1]
     assert values == [b"ok"] * 5 + [b"y" * 1000]  # exactly the limit is fine
     assert info.value.record == 7
     assert info.value.offset == 15 + 1001
