@@ -48,6 +48,18 @@ def feed(framer: Framer, data: bytes, cuts: Sequence[int] = ()) -> tuple[list[in
     return keys, values
 
 
+def fixed_length_reference(data: bytes, r: int, h: int = 0, f: int = 0, p: int = 0) -> list[bytes]:
+    """Return the records FixedLengthRecordReader finds in ``data`` (record, header, footer and
+    hop bytes; a hop of 0 means the record size), computed the plain way."""
+    p = p or r
+    out = []
+    i = 0
+    while h + i * p + r + f <= len(data):
+        out.append(data[h + i * p : h + i * p + r])
+        i += 1
+    return out
+
+
 def cuts_every(chunk: int | None, data: bytes) -> list[int]:
     """Return the cuts that split ``data`` into ``chunk``-byte pieces (one piece if None)."""
     return list(range(chunk, len(data), chunk)) if chunk else []

@@ -9,7 +9,7 @@ import zlib
 from typing import TYPE_CHECKING, Any
 
 import pytest
-from framer_util import feed_until_error
+from framer_util import feed_until_error, fixed_length_reference
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -92,13 +92,7 @@ def arbitrary_lines(data: bytes, cuts: list[int], skip: int) -> None:
 def arbitrary_fixed(data: bytes, cuts: list[int], r: int, h: int, f: int, p: int) -> None:
     whole = run(FixedLengthFramer(r, h, f, p), data, [])
     assert run(FixedLengthFramer(r, h, f, p), data, cuts) == whole
-    step = p or r
-    expected = []
-    i = 0
-    while h + i * step + r + f <= len(data):
-        expected.append(data[h + i * step : h + i * step + r])
-        i += 1
-    assert whole[1] == expected
+    assert whole[1] == fixed_length_reference(data, r, h, f, p)
     assert (whole[2] is ar.OutOfRangeError) == (len(data) < h)
 
 
