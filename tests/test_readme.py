@@ -17,11 +17,29 @@ def _blocks(lang: str) -> list[str]:
     return re.findall(rf"```{lang}\n(.*?)```", README.read_text(), flags=re.DOTALL)
 
 
-def test_ci_runs_exactly_the_readme_test_command() -> None:
+def _ci_commands() -> list[str]:
+    lines = (README.parent / ".ci" / "run").read_text().splitlines()
+    return [line for line in lines if line.strip() and not line.lstrip().startswith("#")]
+
+
+def test_ci_runs_exactly_the_readme_test_command_last() -> None:
     commands = [b.strip() for b in _blocks("") if "pytest" in b and "venv" in b]
     assert len(commands) == 1
-    ci = (README.parent / ".ci" / "run").read_text()
-    assert commands[0] in ci.splitlines()
+    # Last, so that the test run's exit status is the script's.
+    assert _ci_commands()[-1] == commands[0]
+
+
+def test_ci_runs_the_readme_development_checks_before_the_tests() -> None:
+    development = re.search(r"## Development\n+```\n(.*?)```", README.read_text(), re.DOTALL)
+    assert development is not None
+    install, checks = development[1].splitlines()[:2]
+    ci = _ci_commands()
+    # One command a line: `set -e` would not stop at a failure inside an `&&` chain.
+    steps = [install, *checks.split(" && ")]
+    assert all(step in ci for step in steps), steps
+    positions = [ci.index(step) for step in steps]
+    assert positions == sorted(positions)
+    assert positions[-1] < len(ci) - 1
 
 
 def test_quickstart_runs_the_demo() -> None:

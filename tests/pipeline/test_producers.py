@@ -8,6 +8,7 @@ from typing import Any
 import anyio
 import numpy as np
 import pytest
+from queue_util import dequeue_all
 
 import asyncreader as ar
 from asyncreader._pipeline.producers import (
@@ -20,15 +21,6 @@ from asyncreader._pipeline.producers import (
 pytestmark = pytest.mark.anyio
 
 NAMES = [f"file-{i}" for i in range(7)]
-
-
-async def drain(queue: Any) -> list[Any]:
-    out: list[Any] = []
-    while True:
-        try:
-            out.append(await queue.dequeue())
-        except ar.OutOfRangeError:
-            return out
 
 
 def epochs_of(items: list[Any], n: int) -> list[list[Any]]:
@@ -44,7 +36,7 @@ async def test_string_producer_enqueues_exactly_num_epochs_in_order() -> None:
         async with ar.Coordinator():
             q = ar.string_input_producer(NAMES, num_epochs=3, shuffle=False, capacity=4)
             assert isinstance(q, ar.FIFOQueue)
-            got = await drain(q)
+            got = await dequeue_all(q)
             assert q.is_closed()
     assert got == NAMES * 3
 
@@ -55,7 +47,7 @@ async def test_shuffled_epochs_are_fresh_permutations_that_never_interleave() ->
         async with ar.Coordinator():
             # A capacity below the epoch size makes each epoch's enqueue_many block part-way.
             q = ar.string_input_producer(NAMES, num_epochs=4, seed=3, capacity=3)
-            got = await drain(q)
+            got = await dequeue_all(q)
     epochs = epochs_of(got, len(NAMES))
     assert len(epochs) == 4
     for epoch in epochs:
@@ -69,7 +61,7 @@ async def test_seed_reproduces_the_whole_sequence() -> None:
     with anyio.fail_after(10):
         for seed in (11, 11, 12):
             async with ar.Coordinator():
-                runs.append(await drain(ar.range_input_producer(20, num_epochs=3, seed=seed)))
+                runs.append(await dequeue_all(ar.range_input_producer(20, num_epochs=3, seed=seed)))
     assert runs[0] == runs[1]
     assert runs[0] != runs[2]
     assert Counter(runs[0]) == Counter(runs[2]) == Counter(list(range(20)) * 3)
@@ -89,7 +81,7 @@ async def test_range_producer_gives_int32_scalars() -> None:
     with anyio.fail_after(10):
         async with ar.Coordinator():
             q = ar.range_input_producer(5, num_epochs=1, shuffle=False)
-            got = await drain(q)
+            got = await dequeue_all(q)
     assert [int(x) for x in got] == [0, 1, 2, 3, 4]
     assert all(np.asarray(x).dtype == np.int32 for x in got)
     assert q.dtypes == [np.dtype(np.int32)]
@@ -101,7 +93,7 @@ async def test_input_producer_enqueues_rows() -> None:
     with anyio.fail_after(10):
         async with ar.Coordinator():
             q = ar.input_producer(data, element_shape=[3], num_epochs=2, shuffle=False)
-            got = await drain(q)
+            got = await dequeue_all(q)
     assert q.shapes == [(3,)]
     np.testing.assert_array_equal(np.stack(got), np.concatenate([data, data]))
 
@@ -165,7 +157,7 @@ async def test_text_keeps_trailing_nul_bytes_and_queues_get_their_name() -> None
     with anyio.fail_after(10):
         async with ar.Coordinator():
             q = ar.input_producer([b"a\x00", b"b"], num_epochs=1, shuffle=False, name="files")
-            assert await drain(q) == [b"a\x00", b"b"]
+            assert await dequeue_all(q) == [b"a\x00", b"b"]
             assert q.name == "files"
             slices = ar.slice_input_producer([[b"x\x00"]], num_epochs=1)
             assert await slices() == [b"x\x00"]
@@ -192,7 +184,7 @@ async def test_producers_need_a_coordinator() -> None:
 async def test_explicit_coord_is_used_outside_its_block_scope() -> None:
     async def consume(coord: Any) -> None:
         q = ar.range_input_producer(2, num_epochs=1, shuffle=False, coord=coord)
-        assert [int(x) for x in await drain(q)] == [0, 1]
+        assert [int(x) for x in await dequeue_all(q)] == [0, 1]
 
     with anyio.fail_after(10):
         async with ar.Coordinator() as coord, anyio.create_task_group() as tg:
@@ -286,7 +278,7 @@ async def sequence(
             if state is not None:
                 producer.restore(state)
             if take is None:
-                got = [int(x) for x in await drain(q)]
+                got = [int(x) for x in await dequeue_all(q)]
             else:
                 got = [int(await q.dequeue()) for _ in range(take)]
             saved = producer.state()
@@ -367,7 +359,7 @@ async def test_stop_request_ends_a_blocked_producer_promptly() -> None:
 async def test_state_after_the_last_epoch_points_past_it() -> None:
     async with ar.Coordinator():
         q = ar.range_input_producer(2, num_epochs=200, capacity=3)
-        assert len(await drain(q)) == 400
+        assert len(await dequeue_all(q)) == 400
     producer = producer_of(q)
     state = producer.state()
     assert (state.epoch, state.position) == (200, 0)

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 import numpy as np
 import pytest
+from queue_util import dequeue_all
 
 import asyncreader as ar
 
@@ -33,13 +34,8 @@ def _shuffle() -> ar.RandomShuffleQueue:
 async def _drain(queue: Any) -> list[int]:
     """Close ``queue`` and take every element left, one at a time."""
     await queue.close()
-    out: list[int] = []
     with anyio.fail_after(5):
-        while True:
-            try:
-                out.append(int(await queue.dequeue()))
-            except ar.OutOfRangeError:
-                return out
+        return [int(x) for x in await dequeue_all(queue)]
 
 
 async def test_fifo_checkpoint_keeps_what_a_waiting_dequeue_many_holds() -> None:

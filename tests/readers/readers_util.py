@@ -16,25 +16,23 @@ if TYPE_CHECKING:
 DATA = Path(__file__).resolve().parent.parent / "data"
 
 
-async def work_queue(items: Iterable[object], *, close: bool = True) -> ar.FIFOQueue:
-    """Return an untyped FIFOQueue holding ``items``, closed unless ``close`` is false."""
-    q = ar.FIFOQueue(None)
-    for item in items:
-        await q.enqueue(item)
-    if close:
-        await q.close()
-    return q
-
-
-async def drain(reader: ar.ReaderBase, q: ar.FIFOQueue) -> list[tuple[bytes, bytes]]:
-    """Return every ``(key, value)`` the reader reads from ``q`` until it is exhausted."""
+async def drain(
+    reader: ar.ReaderBase, q: ar.FIFOQueue, *, n: int = 1000
+) -> list[tuple[bytes, bytes]]:
+    """Return every ``(key, value)`` the reader reads from ``q`` until it is exhausted,
+    asking ``read_up_to`` for ``n`` records at a time."""
     out: list[tuple[bytes, bytes]] = []
     while True:
         try:
-            keys, values = await reader.read_up_to(q, 1000)
+            keys, values = await reader.read_up_to(q, n)
         except ar.OutOfRangeError:
             return out
         out += zip(keys, values, strict=True)
+
+
+async def drain_values(reader: ar.ReaderBase, q: ar.FIFOQueue, *, n: int = 1000) -> list[bytes]:
+    """Return the values :func:`drain` reads."""
+    return [value for _, value in await drain(reader, q, n=n)]
 
 
 def open_fds() -> int:

@@ -10,7 +10,8 @@ from typing import TYPE_CHECKING
 
 import anyio
 import pytest
-from readers_util import work_queue
+from queue_util import work_queue
+from readers_util import drain_values
 
 import asyncreader as ar
 
@@ -29,13 +30,8 @@ def _records(path: Path, compression: str | None = None) -> str:
 
 async def _drain(reader: ar.ReaderBase, path: str) -> list[bytes]:
     queue = await work_queue([path])
-    values: list[bytes] = []
     with anyio.fail_after(10):
-        while True:
-            try:
-                values += (await reader.read_up_to(queue, 100))[1]
-            except ar.OutOfRangeError:
-                return values
+        return await drain_values(reader, queue, n=100)
 
 
 @pytest.mark.parametrize("value", ["BZIP2", "SNAPPY", "gzip2", "none?", 3, 1.0])

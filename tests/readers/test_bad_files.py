@@ -11,6 +11,7 @@ import os
 from typing import TYPE_CHECKING
 
 import pytest
+from queue_util import work_queue
 
 import asyncreader as ar
 
@@ -28,13 +29,6 @@ def _write(path: Path, first_id: int = 0) -> str:
         for i in range(first_id, first_id + RECORDS):
             writer.write(i.to_bytes(8, "little") + bytes(PAYLOAD))
     return str(path)
-
-
-async def _work(*items: str) -> ar.FIFOQueue:
-    queue = ar.FIFOQueue(None)
-    await queue.enqueue_many(list(items))
-    await queue.close()
-    return queue
 
 
 def _size(path: str) -> int:
@@ -56,7 +50,7 @@ async def _read_all(reader: ar.ReaderBase, queue: ar.FIFOQueue, got: list[int]) 
 
 async def test_a_file_that_shrinks_mid_read_ends_in_data_loss_at_its_end(tmp_path: Path) -> None:
     path = _write(tmp_path / "a.tfrecord")
-    queue = await _work(path)
+    queue = await work_queue([path])
     got: list[int] = []
     async with ar.TFRecordReader() as reader:
         _, values = await reader.read_up_to(queue, 100)
@@ -77,7 +71,7 @@ async def test_a_file_that_shrinks_mid_read_ends_in_data_loss_at_its_end(tmp_pat
 async def test_a_shrunken_file_is_a_dead_letter_when_skipping(tmp_path: Path) -> None:
     first = _write(tmp_path / "a.tfrecord")
     second = _write(tmp_path / "b.tfrecord", first_id=RECORDS)
-    queue = await _work(first, second)
+    queue = await work_queue([first, second])
     got: list[int] = []
     async with ar.TFRecordReader(on_error="skip") as reader:
         _, values = await reader.read_up_to(queue, 100)
@@ -96,7 +90,7 @@ async def test_a_shrunken_file_is_a_dead_letter_when_skipping(tmp_path: Path) ->
 async def test_a_cut_at_a_record_boundary_is_still_data_loss(tmp_path: Path) -> None:
     """Without the size at open, the cut would look like a clean end of file."""
     path = _write(tmp_path / "a.tfrecord")
-    queue = await _work(path)
+    queue = await work_queue([path])
     got: list[int] = []
     async with ar.TFRecordReader() as reader:
         _, values = await reader.read_up_to(queue, 100)
@@ -109,7 +103,7 @@ async def test_a_cut_at_a_record_boundary_is_still_data_loss(tmp_path: Path) -> 
 
 async def test_a_file_deleted_while_open_is_read_to_its_end(tmp_path: Path) -> None:
     path = _write(tmp_path / "a.tfrecord")
-    queue = await _work(path)
+    queue = await work_queue([path])
     got: list[int] = []
     async with ar.TFRecordReader() as reader:
         _, values = await reader.read_up_to(queue, 100)
@@ -122,7 +116,7 @@ async def test_a_file_deleted_while_open_is_read_to_its_end(tmp_path: Path) -> N
 async def test_a_file_that_vanished_before_its_turn(tmp_path: Path) -> None:
     first = _write(tmp_path / "a.tfrecord")
     gone = _write(tmp_path / "gone.tfrecord", first_id=RECORDS)
-    queue = await _work(first, gone)
+    queue = await work_queue([first, gone])
     async with ar.TFRecordReader() as reader:
         _, values = await reader.read_up_to(queue, 100)
         os.unlink(gone)
@@ -139,9 +133,9 @@ async def test_a_work_item_that_cannot_be_read_is_named(tmp_path: Path, reader_t
     good = _write(tmp_path / "a.tfrecord")
     async with reader_type() as reader:
         with pytest.raises(ar.NotFoundError, match="not-a-file"):
-            await reader.read(await _work(str(directory), good))
+            await reader.read(await work_queue([str(directory), good]))
     async with reader_type(on_error="skip") as reader:
-        queue = await _work(str(directory), good)
+        queue = await work_queue([str(directory), good])
         await reader.read(queue)
         (letter,) = reader.dead_letters
         assert letter.work_item == str(directory).encode()
@@ -158,7 +152,7 @@ async def test_other_readers_see_a_shrinking_file_too(tmp_path: Path, kind: str)
     else:
         data.write_bytes(b"".join(b"line %09d\n" % i for i in range(RECORDS * 50)))
         reader = ar.TextLineReader()
-    queue = await _work(path)
+    queue = await work_queue([path])
     async with reader:
         await reader.read_up_to(queue, 100)
         os.truncate(path, _size(path) // 3)

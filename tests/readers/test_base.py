@@ -9,7 +9,7 @@ from pathlib import Path
 
 import anyio
 import pytest
-from readers_util import work_queue
+from queue_util import work_queue
 
 import asyncreader as ar
 from asyncreader._readers.base import bulk_keys, range_keys

@@ -6,7 +6,8 @@ import gzip
 from typing import TYPE_CHECKING
 
 import pytest
-from readers_util import frame_in_small_pieces, open_fds, tfrecord_bytes, work_queue
+from queue_util import work_queue
+from readers_util import drain_values, frame_in_small_pieces, open_fds, tfrecord_bytes
 
 import asyncreader as ar
 
@@ -38,15 +39,6 @@ def _damaged(where: str, index: int) -> bytes:
     return bytes(raw)
 
 
-async def _drain(reader: ar.ReaderBase, queue: ar.FIFOQueue, n: int = 64) -> list[bytes]:
-    got: list[bytes] = []
-    while True:
-        try:
-            got += (await reader.read_up_to(queue, n))[1]
-        except ar.OutOfRangeError:
-            return got
-
-
 @pytest.mark.both_backends
 @pytest.mark.parametrize("compression", [None, "GZIP"])
 @pytest.mark.parametrize("pieces", [False, True], ids=["blocks", "pieces"])
@@ -61,7 +53,7 @@ async def test_a_bad_payload_skips_that_record_alone(
     good = tmp_path / "good.tfrecord"
     good.write_bytes(tfrecord_bytes([b"next"]))
     async with ar.TFRecordReader(compression, on_error="skip") as reader:
-        got = await _drain(reader, await work_queue([str(path)]))
+        got = await drain_values(reader, await work_queue([str(path)]), n=64)
         assert got == PAYLOADS[:120] + PAYLOADS[121:]
         (letter,) = reader.dead_letters
         assert letter.work_item == str(path).encode()
@@ -88,7 +80,7 @@ async def test_a_bad_length_skips_the_rest_of_the_file_and_reads_on(tmp_path: Pa
     good = tmp_path / "good.tfrecord"
     good.write_bytes(tfrecord_bytes([b"next"]))
     async with ar.TFRecordReader(on_error="skip") as reader:
-        got = await _drain(reader, await work_queue([str(path), str(good)]))
+        got = await drain_values(reader, await work_queue([str(path), str(good)]), n=64)
         assert got == [*PAYLOADS[:50], b"next"]
         (letter,) = reader.dead_letters
         assert letter.rest_of_work_item
@@ -106,7 +98,7 @@ async def test_missing_truncated_and_broken_files_are_skipped(tmp_path: Path) ->
     before = open_fds()
     items = [str(tmp_path / "missing"), str(truncated), str(good)]
     async with ar.TFRecordReader(on_error="skip") as reader:
-        got = await _drain(reader, await work_queue(items))
+        got = await drain_values(reader, await work_queue(items), n=64)
         kinds = [(type(d.error), d.work_item, d.rest_of_work_item) for d in reader.dead_letters]
     assert got == [*PAYLOADS[:2], b"ok"]
     assert kinds == [
@@ -114,7 +106,7 @@ async def test_missing_truncated_and_broken_files_are_skipped(tmp_path: Path) ->
         (ar.DataLossError, items[1].encode(), True),
     ]
     async with ar.TFRecordReader("GZIP", on_error="skip") as reader:
-        got = await _drain(reader, await work_queue([str(broken)]))
+        got = await drain_values(reader, await work_queue([str(broken)]), n=64)
         assert [type(d.error) for d in reader.dead_letters] == [ar.DataLossError]
     assert got == PAYLOADS[: len(got)]
     assert open_fds() == before
@@ -151,11 +143,11 @@ async def test_max_error_fraction_counts_good_records_too(tmp_path: Path) -> Non
     path.write_bytes(bytes(raw))
     lenient = ar.ErrorPolicy(skip=True, max_error_fraction=0.05, min_records=10)
     async with ar.TFRecordReader(on_error=lenient) as reader:
-        assert len(await _drain(reader, await work_queue([str(path)]))) == 196
+        assert len(await drain_values(reader, await work_queue([str(path)]), n=64)) == 196
     strict = ar.ErrorPolicy(skip=True, max_error_fraction=0.005, min_records=10)
     async with ar.TFRecordReader(on_error=strict) as reader:
         with pytest.raises(ar.DataLossError) as info:
-            await _drain(reader, await work_queue([str(path)]), n=1)
+            await drain_values(reader, await work_queue([str(path)]), n=1)
         assert "over 0.5%" in "".join(info.value.__notes__)
 
 
@@ -186,7 +178,7 @@ class _Flaky(ar.ReaderBase):
 
 async def test_a_hook_readers_error_skips_the_rest_of_its_work_item() -> None:
     async with _Flaky(on_error="skip") as reader:
-        got = await _drain(reader, await work_queue([b"5,2", b"3,9"]), n=10)
+        got = await drain_values(reader, await work_queue([b"5,2", b"3,9"]), n=10)
         assert got == [b"0", b"1", b"0", b"1", b"2"]
         (letter,) = reader.dead_letters
         assert (letter.record, letter.rest_of_work_item) == (b"5,2:2", True)

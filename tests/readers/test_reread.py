@@ -12,7 +12,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 import pytest
-from readers_util import drain, tfrecord_bytes, work_queue
+from queue_util import work_queue
+from readers_util import drain, tfrecord_bytes
 
 import asyncreader as ar
 from asyncreader._readers.reread import checksums, reread

@@ -9,7 +9,8 @@ from typing import TYPE_CHECKING
 
 import anyio
 import pytest
-from readers_util import frame_in_small_pieces, open_fds, tfrecord_bytes, work_queue
+from queue_util import work_queue
+from readers_util import frame_in_small_pieces, open_fds, tfrecord_bytes
 
 import asyncreader as ar
 from asyncreader._readers import _framed

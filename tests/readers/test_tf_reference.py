@@ -11,7 +11,8 @@ import json
 from typing import Any
 
 import pytest
-from readers_util import DATA, work_queue
+from queue_util import work_queue
+from readers_util import DATA
 
 import asyncreader as ar
 

@@ -9,37 +9,10 @@ import zlib
 from typing import Any
 
 import pytest
+from framer_util import feed, fixed_length_reference
 
 import asyncreader as ar
 from asyncreader._records.fixed_length import FixedLengthFramer
-
-
-def reference(data: bytes, r: int, h: int = 0, f: int = 0, p: int = 0) -> list[bytes]:
-    p = p or r
-    out = []
-    i = 0
-    while h + i * p + r + f <= len(data):
-        out.append(data[h + i * p : h + i * p + r])
-        i += 1
-    return out
-
-
-def feed(framer: FixedLengthFramer, data: bytes, cuts: list[int]) -> tuple[list[int], list[bytes]]:
-    keys: list[int] = []
-    values: list[bytes] = []
-    prev = 0
-    for cut in [*cuts, len(data)]:
-        k, v = framer.decode(data[prev:cut])
-        keys += k
-        values += v
-        prev = cut
-        while framer.pending:
-            k, v = framer.decode(b"")
-            keys += k
-            values += v
-    k, v = framer.finish()
-    return keys + k, values + v
-
 
 DATA = bytes(range(40))
 
@@ -52,7 +25,7 @@ def test_plain_records_and_ignored_tail() -> None:
 
 def test_header_and_footer() -> None:
     _keys, values = feed(FixedLengthFramer(4, header_bytes=5, footer_bytes=3), DATA, [])
-    assert values == reference(DATA, 4, 5, 3)
+    assert values == fixed_length_reference(DATA, 4, 5, 3)
     # The footer is only a reserve: 5 + 8*4 + 3 = 40 bytes fit exactly.
     assert len(values) == 8
 
@@ -117,7 +90,7 @@ def test_non_integer_and_bad_start_index() -> None:
 
 def test_every_split_position_matches_reference() -> None:
     for args in ((4, 5, 3, 0), (4, 5, 3, 2), (3, 2, 4, 7), (1, 0, 0, 0)):
-        expected = reference(DATA, *args)
+        expected = fixed_length_reference(DATA, *args)
         for cut in range(len(DATA) + 1):
             keys, values = feed(FixedLengthFramer(*args), DATA, [cut])
             assert values == expected
@@ -132,21 +105,23 @@ def test_random_shapes_and_splits_match_reference() -> None:
         if len(data) < args[1]:
             continue
         cuts = sorted(rng.sample(range(len(data) + 1), min(len(data), 6)))
-        assert feed(FixedLengthFramer(*args), data, cuts)[1] == reference(data, *args)
+        assert feed(FixedLengthFramer(*args), data, cuts)[1] == fixed_length_reference(data, *args)
 
 
 @pytest.mark.parametrize("encoding", ["ZLIB", "GZIP"])
 def test_compressed_encodings(encoding: str) -> None:
     packed = zlib.compress(DATA) if encoding == "ZLIB" else gzip.compress(DATA)
     framer = FixedLengthFramer(4, 5, 3, 2, encoding, max_output=7)
-    assert feed(framer, packed, [3])[1] == reference(DATA, 4, 5, 3, 2)
+    assert feed(framer, packed, [3])[1] == fixed_length_reference(DATA, 4, 5, 3, 2)
 
 
 def test_unknown_encoding_is_refused() -> None:
     with pytest.raises(ar.InvalidArgumentError, match=r"encoding must be .* not 'BROTLI'"):
         FixedLengthFramer(8, encoding="BROTLI")
     packed = zlib.compress(DATA)
-    assert feed(FixedLengthFramer(8, encoding="zlib"), packed, [])[1] == reference(DATA, 8)
+    assert feed(FixedLengthFramer(8, encoding="zlib"), packed, [])[1] == fixed_length_reference(
+        DATA, 8
+    )
 
 
 def test_resume_from_position() -> None:
@@ -157,14 +132,14 @@ def test_resume_from_position() -> None:
     resumed = FixedLengthFramer(4, 5, 3, 6, start_index=2)
     keys, values = feed(resumed, DATA[17:], [4])
     assert keys == [2, 3, 4]
-    assert values == reference(DATA, 4, 5, 3, 6)[2:]
+    assert values == fixed_length_reference(DATA, 4, 5, 3, 6)[2:]
 
 
 def test_resume_compressed_from_the_start_of_the_file() -> None:
     resumed = FixedLengthFramer(4, 5, 3, 0, "GZIP", start_index=3, max_output=5)
     keys, values = feed(resumed, gzip.compress(DATA), [])
     assert keys == [3, 4, 5, 6, 7]
-    assert values == reference(DATA, 4, 5, 3)[3:]
+    assert values == fixed_length_reference(DATA, 4, 5, 3)[3:]
 
 
 def test_statistics_and_repr() -> None:
@@ -186,5 +161,5 @@ def test_records_straddling_chunks_of_any_size(r: int, h: int, f: int, p: int, c
     data = bytes(random.Random(chunk * 100 + r).randrange(256) for _ in range(97))
     cuts = list(range(chunk, len(data), chunk))
     keys, values = feed(FixedLengthFramer(r, h, f, p), data, cuts)
-    assert values == reference(data, r, h, f, p)
+    assert values == fixed_length_reference(data, r, h, f, p)
     assert keys == list(range(len(values)))

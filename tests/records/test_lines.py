@@ -5,22 +5,10 @@ from __future__ import annotations
 import random
 
 import pytest
+from framer_util import feed
 
 import asyncreader as ar
 from asyncreader._records.lines import LineFramer
-
-
-def feed(framer: LineFramer, data: bytes, cuts: list[int]) -> tuple[list[int], list[bytes]]:
-    keys: list[int] = []
-    values: list[bytes] = []
-    prev = 0
-    for cut in [*cuts, len(data)]:
-        k, v = framer.decode(data[prev:cut])
-        keys += k
-        values += v
-        prev = cut
-    k, v = framer.finish()
-    return keys + k, values + v
 
 
 def lines(data: bytes, skip_header_lines: int = 0) -> tuple[list[int], list[bytes]]:

@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING
 
 import anyio
 import pytest
+from framer_util import cuts_every, feed
+from queue_util import work_queue
 
 import asyncreader as ar
 from asyncreader._io.crc import masked_crc32c
@@ -26,8 +28,6 @@ from asyncreader._records.tfrecord import TFRecordFramer, frame_record
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Iterator
     from pathlib import Path
-
-    from asyncreader._records import Framer
 
 MiB = 1 << 20
 #: Bytes of zeros inflated by the bomb, and what its header declares.
@@ -76,13 +76,6 @@ def _sparse_file(path: Path, head: bytes, size: int) -> str:
     return str(path)
 
 
-async def _queue(*paths: str) -> ar.FIFOQueue:
-    queue = ar.FIFOQueue(None)
-    await queue.enqueue_many(list(paths))
-    await queue.close()
-    return queue
-
-
 async def _read_all(reader: ar.ReaderBase, queue: ar.FIFOQueue, got: list[bytes]) -> None:
     with anyio.fail_after(30):
         while True:
@@ -103,15 +96,6 @@ def _raises(
     return run
 
 
-def _feed(framer: Framer, data: bytes, chunk: int) -> list[bytes]:
-    values: list[bytes] = []
-    for at in range(0, len(data), chunk):
-        values += framer.decode(data[at : at + chunk])[1]
-        while framer.pending:
-            values += framer.decode(b"")[1]
-    return values + framer.finish()[1]
-
-
 # -- the decompression bomb -------------------------------------------------------------
 
 
@@ -122,7 +106,7 @@ def test_a_gzip_bomb_fails_at_its_header_without_inflating_it(
     with open(bomb, "rb") as f:
         data = f.read()
     with pytest.raises(ar.ResourceExhaustedError) as info:
-        _feed(framer, data, MiB)
+        feed(framer, data, cuts_every(MiB, data))
     assert peak_memory() < 16 * MiB
     stats = framer.statistics()
     assert stats.buffered < MiB
@@ -147,7 +131,7 @@ async def test_a_reader_stops_the_bomb_with_bounded_memory(
 ) -> None:
     async with ar.TFRecordReader("GZIP") as reader:
         got: list[bytes] = []
-        queue = await _queue(bomb)
+        queue = await work_queue([bomb])
         error = await _raises(ar.ResourceExhaustedError, lambda: _read_all(reader, queue, got))()
     assert got == []
     assert peak_memory() < 24 * MiB
@@ -168,7 +152,7 @@ async def test_a_length_beyond_the_file_fails_before_the_file_is_buffered(
     path = _sparse_file(tmp_path / "junk.tfrecord", good + _header(declared), 100 * MiB)
     got: list[bytes] = []
     async with ar.TFRecordReader() as reader:
-        queue = await _queue(path)
+        queue = await work_queue([path])
         error = await _raises(ar.DataLossError, lambda: _read_all(reader, queue, got))()
         read = reader.statistics().bytes_read
     assert got == [b"first", b"second"]
@@ -209,7 +193,7 @@ async def test_a_record_over_the_limit_raises_or_is_skipped_alone(
     got: list[bytes] = []
     async with ar.TFRecordReader(compression, max_record_bytes=1000) as reader:
         assert reader.max_record_bytes == 1000
-        queue = await _queue(path)
+        queue = await work_queue([path])
         error = await _raises(ar.ResourceExhaustedError, lambda: _read_all(reader, queue, got))()
     assert got == [b"before"]
     assert str(error).startswith(
@@ -219,7 +203,7 @@ async def test_a_record_over_the_limit_raises_or_is_skipped_alone(
     assert error.offset == big_at
     got = []
     async with ar.TFRecordReader(compression, max_record_bytes=1000, on_error="skip") as reader:
-        await _read_all(reader, await _queue(path), got)
+        await _read_all(reader, await work_queue([path]), got)
         (letter,) = reader.dead_letters
     assert got == [b"before", b"after"]
     assert isinstance(letter.error, ar.ResourceExhaustedError)
@@ -227,7 +211,7 @@ async def test_a_record_over_the_limit_raises_or_is_skipped_alone(
     assert not letter.rest_of_work_item
     async with ar.TFRecordReader(compression, max_record_bytes=2000) as reader:
         got = []
-        await _read_all(reader, await _queue(path), got)
+        await _read_all(reader, await work_queue([path]), got)
     assert got == [b"before", b"x" * 2000, b"after"]
     with pytest.raises(ar.ResourceExhaustedError, match="over max_record_bytes=1000"):
         list(ar.tf_record_iterator(path, compression, max_record_bytes=1000))
@@ -259,7 +243,7 @@ async def test_a_text_file_without_newlines_is_not_buffered_whole(
     path = _sparse_file(tmp_path / "no-newline.txt", b"", 64 * MiB)
     got: list[bytes] = []
     async with ar.TextLineReader(max_record_bytes=MiB) as reader:
-        queue = await _queue(path)
+        queue = await work_queue([path])
         error = await _raises(ar.ResourceExhaustedError, lambda: _read_all(reader, queue, got))()
         read = reader.statistics().bytes_read
     assert got == []
@@ -281,14 +265,14 @@ async def test_a_long_line_raises_after_the_lines_before_it_or_is_skipped(
     got: list[bytes] = []
     async with ar.TextLineReader(max_record_bytes=1000) as reader:
         assert reader.max_record_bytes == 1000
-        queue = await _queue(str(path))
+        queue = await work_queue([str(path)])
         error = await _raises(ar.ResourceExhaustedError, lambda: _read_all(reader, queue, got))()
     assert got == [b"a"] * 10
     assert str(error).startswith("line 11 at 20 is 5000 bytes, over max_record_bytes=1000")
     assert error.record == 11
     got = []
     async with ar.TextLineReader(max_record_bytes=1000, on_error="skip") as reader:
-        await _read_all(reader, await _queue(str(path)), got)
+        await _read_all(reader, await work_queue([str(path)]), got)
         (letter,) = reader.dead_letters
     assert got == [b"a"] * 10 + [b"b", b"c"]
     assert letter.record == f"{path}:11".encode()
@@ -300,8 +284,9 @@ def test_the_line_limit_does_not_depend_on_chunk_sizes(chunk: int) -> None:
     data = b"ok\n" * 5 + b"y" * 1000 + b"\n" + b"z" * 1001 + b"\nnever\n"
     framer = LineFramer(max_record_bytes=1000)
     values = framer.decode(data[: 15 + 1001])[1]  # up to the long line
+    rest = data[15 + 1001 :]
     with pytest.raises(ar.ResourceExhaustedError) as info:
-        values += _feed(framer, data[15 + 1001 :], chunk)
+        values += feed(framer, rest, cuts_every(chunk, rest))[1]
     assert values == [b"ok"] * 5 + [b"y" * 1000]  # exactly the limit is fine
     assert info.value.record == 7
     assert info.value.offset == 15 + 1001
@@ -339,7 +324,7 @@ async def test_skipping_the_bomb_reports_the_stream_ending_before_the_record_doe
     path.write_bytes(stream)
     got: list[bytes] = []
     async with ar.TFRecordReader("GZIP", on_error="skip") as reader:
-        await _read_all(reader, await _queue(str(path)), got)
+        await _read_all(reader, await work_queue([str(path)]), got)
         over, truncated = reader.dead_letters
     assert got == [b"first"]
     assert isinstance(over.error, ar.ResourceExhaustedError)

@@ -8,6 +8,7 @@ import struct
 import zlib
 
 import pytest
+from framer_util import feed
 
 import asyncreader as ar
 from asyncreader._io.crc import masked_crc32c
@@ -24,23 +25,6 @@ def offsets(payloads: list[bytes]) -> list[int]:
         out.append(at)
         at += len(p) + 16
     return out
-
-
-def feed(framer: TFRecordFramer, data: bytes, cuts: list[int]) -> tuple[list[int], list[bytes]]:
-    keys: list[int] = []
-    values: list[bytes] = []
-    prev = 0
-    for cut in [*cuts, len(data)]:
-        k, v = framer.decode(data[prev:cut])
-        keys += k
-        values += v
-        prev = cut
-        while framer.pending:
-            k, v = framer.decode(b"")
-            keys += k
-            values += v
-    k, v = framer.finish()
-    return keys + k, values + v
 
 
 PAYLOADS = [b"", b"a", b"hello", b"x" * 100, b"y" * 100, bytes(range(256)) * 4, b""]

@@ -14,6 +14,7 @@ from __future__ import annotations
 import struct
 
 import pytest
+from framer_util import cuts_every, feed_until_error
 
 import asyncreader as ar
 from asyncreader._io.crc import masked_crc32c
@@ -31,19 +32,6 @@ def _frame(payloads: list[bytes]) -> tuple[bytes, list[int]]:
     return b"".join(parts), offsets
 
 
-def _feed(data: bytes, chunk: int | None) -> tuple[list[bytes], ar.AsyncReaderError | None]:
-    framer = TFRecordFramer()
-    values: list[bytes] = []
-    step = chunk or len(data)
-    try:
-        for at in range(0, len(data), step):
-            values += framer.decode(data[at : at + step])[1]
-        values += framer.finish()[1]
-    except ar.AsyncReaderError as exc:
-        return values, exc
-    return values, None
-
-
 def _corrupt_length(data: bytes, at: int, new_length: int) -> bytes:
     """Replace the length of the header at ``at``, keeping its (now wrong) CRC."""
     return data[:at] + struct.pack("<Q", new_length) + data[at + 8 :]
@@ -52,7 +40,7 @@ def _corrupt_length(data: bytes, at: int, new_length: int) -> bytes:
 def _assert_header_error(
     data: bytes, at: int, payloads: list[bytes], index: int, chunk: int | None
 ) -> None:
-    values, error = _feed(data, chunk)
+    _keys, values, error = feed_until_error(TFRecordFramer(), data, cuts_every(chunk, data))
     assert isinstance(error, ar.DataLossError), error
     assert error.message == f"corrupted record at {at}"
     assert error.offset == at

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 import anyio
 import pytest
+from framer_util import cuts_every, feed_until_error
 
 import asyncreader as ar
 from asyncreader._records.compression import Decompressor, TFRecordCompressionType
@@ -56,16 +57,9 @@ async def _read_all(reader: ar.ReaderBase, queue: ar.FIFOQueue, got: list[bytes]
 
 def _drain(framer: Framer, data: bytes, chunk: int) -> tuple[list[bytes], ar.DataLossError]:
     """Feed ``data`` in chunks; return the values delivered and the error raised."""
-    values: list[bytes] = []
-    try:
-        for at in range(0, len(data), chunk):
-            values += framer.decode(data[at : at + chunk])[1]
-            while framer.pending:
-                values += framer.decode(b"")[1]
-        values += framer.finish()[1]
-    except ar.DataLossError as exc:
-        return values, exc
-    raise AssertionError("no error for trailing garbage")
+    _keys, values, error = feed_until_error(framer, data, cuts_every(chunk, data))
+    assert isinstance(error, ar.DataLossError), f"no DataLossError: {error!r}"
+    return values, error
 
 
 @pytest.mark.parametrize("kind", ["GZIP", "ZLIB"])

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 import anyio.from_thread
 import pytest
+from queue_util import work_queue
 
 import asyncreader as ar
 
@@ -54,14 +55,6 @@ class _Gated(ar.ReaderBase):
         self.finished_calls += 1
 
 
-async def _work(*items: str) -> ar.FIFOQueue:
-    q = ar.FIFOQueue(None)
-    for item in items:
-        await q.enqueue(item)
-    await q.close()
-    return q
-
-
 async def _cancel_while_hook_waits(reader: _Gated, call: Awaitable[Any]) -> list[Any]:
     """Run ``call``, cancel it while the slow hook runs, then open the gate.
 
@@ -95,7 +88,7 @@ async def _drain(reader: ar.ReaderBase, queue: ar.FIFOQueue) -> list[bytes]:
 
 
 async def test_cancelled_read_delivers_the_record_later() -> None:
-    queue = await _work("w")
+    queue = await work_queue(["w"])
     reader = _Gated(slow=3)
     async with reader:
         assert await reader.read(queue) == (b"k1", b"v1")
@@ -108,7 +101,7 @@ async def test_cancelled_read_delivers_the_record_later() -> None:
 
 
 async def test_cancelled_read_up_to_keeps_the_records_it_collected() -> None:
-    queue = await _work("w")
+    queue = await work_queue(["w"])
     reader = _Gated(slow=3)
     async with reader:
         returned = await _cancel_while_hook_waits(reader, reader.read_up_to(queue, 5))
@@ -118,7 +111,7 @@ async def test_cancelled_read_up_to_keeps_the_records_it_collected() -> None:
 
 
 async def test_cancelled_read_keeps_a_work_items_last_record() -> None:
-    queue = await _work("w")
+    queue = await work_queue(["w"])
     reader = _Gated(slow=5, last_flag=True)
     async with reader:
         for i in range(1, 5):
@@ -140,7 +133,7 @@ class _Stateful(_Gated):
 
 
 async def test_state_saved_after_a_cancelled_read_up_to_resumes_at_the_records_put_back() -> None:
-    queue = await _work("w")
+    queue = await work_queue(["w"])
     reader = _Stateful(slow=4)
     async with reader:
         assert await reader.read(queue) == (b"k1", b"v1")
@@ -149,7 +142,7 @@ async def test_state_saved_after_a_cancelled_read_up_to_resumes_at_the_records_p
         # One of the put-back records is delivered before the state is taken.
         assert await reader.read(queue) == (b"k2", b"v2")
         state = reader.serialize_state()
-    fresh_queue = await _work()
+    fresh_queue = await work_queue([])
     fresh = _Stateful(slow=0)
     async with fresh:
         fresh.restore_state(state)
@@ -167,7 +160,7 @@ async def test_chunked_reader_cancelled_across_refills_loses_nothing_and_resumes
     with ar.TFRecordWriter(str(path)) as writer:
         for payload in payloads:
             writer.write(payload)
-    queue = await _work(str(path))
+    queue = await work_queue([str(path)])
     got: list[bytes] = []
     with anyio.fail_after(10):
         async with ar.TFRecordReader() as reader:
@@ -193,5 +186,5 @@ async def test_chunked_reader_cancelled_across_refills_loses_nothing_and_resumes
             state = reader.serialize_state()
         async with ar.TFRecordReader() as fresh:
             fresh.restore_state(state)
-            got += await _drain(fresh, await _work())
+            got += await _drain(fresh, await work_queue([]))
     assert got == payloads

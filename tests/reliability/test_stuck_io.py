@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 import anyio
 import anyio.to_thread
 import pytest
+from queue_util import work_queue
 
 import asyncreader as ar
 from asyncreader._io.executor import abandoned_io, get_io_limiter
@@ -98,18 +99,10 @@ async def _unblock_and_check_closed(path: Path, data: bytes = b"") -> None:
             await anyio.sleep(0.01)
 
 
-async def _work(*items: object) -> ar.FIFOQueue:
-    q = ar.FIFOQueue(None)
-    for item in items:
-        await q.enqueue(item)
-    await q.close()
-    return q
-
-
 async def test_fail_after_returns_promptly_and_the_next_read_gets_every_line(
     fifo: Path,
 ) -> None:
-    queue = await _work(str(fifo))
+    queue = await work_queue([str(fifo)])
     async with ar.TextLineReader() as reader:
         start = time.monotonic()
         with pytest.raises(TimeoutError):
@@ -140,7 +133,7 @@ async def test_fail_after_returns_promptly_and_the_next_read_gets_every_line(
 
 
 async def test_a_read_after_the_abandoned_one_waits_cancellably(fifo: Path) -> None:
-    queue = await _work(str(fifo))
+    queue = await work_queue([str(fifo)])
     async with ar.TextLineReader() as reader:
         for _ in range(2):
             start = time.monotonic()
@@ -160,7 +153,7 @@ async def test_a_read_after_the_abandoned_one_waits_cancellably(fifo: Path) -> N
 async def test_closing_the_reader_does_not_wait_and_the_thread_closes_the_file(
     fifo: Path,
 ) -> None:
-    queue = await _work(str(fifo))
+    queue = await work_queue([str(fifo)])
     reader = ar.TextLineReader()
     with anyio.move_on_after(0.2):
         await reader.read(queue)
@@ -202,7 +195,7 @@ async def test_leaving_a_session_with_a_reader_stuck_in_its_runner(fifo: Path) -
 
 async def test_a_stop_request_returns_promptly(fifo: Path) -> None:
     reader = ar.TextLineReader()
-    queue = await _work(str(fifo))
+    queue = await work_queue([str(fifo)])
     start = time.monotonic()
     with anyio.fail_after(10):
         async with ar.Coordinator() as coord:
@@ -243,7 +236,7 @@ class _Blocking(ar.ReaderBase):
 
 
 async def test_a_hook_reader_loses_and_repeats_nothing() -> None:
-    queue = await _work("w")
+    queue = await work_queue(["w"])
     reader = _Blocking()
     async with reader:
         assert await reader.read(queue) == (b"k1", b"v1")
@@ -274,12 +267,12 @@ async def test_abandoned_threads_do_not_starve_other_readers(fifo: Path, tmp_pat
         plain.write_bytes(b"1\n2\n")
         stuck = ar.TextLineReader()
         with anyio.move_on_after(0.2):
-            await stuck.read(await _work(str(fifo)))
+            await stuck.read(await work_queue([str(fifo)]))
         assert stuck.statistics().abandoned_threads == 1
         # The only I/O token is free again: another reader reads at once.
         async with ar.TextLineReader() as other:
             with anyio.fail_after(5):
-                _, values = await other.read_up_to(await _work(str(plain)), 5)
+                _, values = await other.read_up_to(await work_queue([str(plain)]), 5)
         assert values == [b"1", b"2"]
         await stuck.aclose()
     finally:
@@ -305,7 +298,7 @@ def _open_writer(path: Path) -> int:
 async def test_a_block_read_abandoned_part_way_delivers_its_records_later(fifo: Path) -> None:
     """The thread has read two lines and waits for more: the chunk it returns later is
     taken up by the next call, records in order, none twice."""
-    queue = await _work(str(fifo))
+    queue = await work_queue([str(fifo)])
     fds: list[int] = []
     lock = threading.Lock()
 
@@ -368,7 +361,7 @@ class _FailingOpen(ar.ReaderBase):
 
 
 async def test_an_abandoned_open_that_fails_raises_from_the_next_call() -> None:
-    queue = await _work("missing", "there")
+    queue = await work_queue(["missing", "there"])
     reader = _FailingOpen()
     async with reader:
         with pytest.raises(TimeoutError):
@@ -390,7 +383,7 @@ async def test_state_saved_while_an_abandoned_open_runs_keeps_the_work_item(
 ) -> None:
     first = ar.TextLineReader()
     with anyio.move_on_after(0.2):
-        await first.read(await _work(str(fifo)))
+        await first.read(await work_queue([str(fifo)]))
     state = first.serialize_state()
     await anyio.to_thread.run_sync(_write_fifo, fifo, b"")  # the abandoned open returns
     await first.aclose()
@@ -402,7 +395,7 @@ async def test_state_saved_while_an_abandoned_open_runs_keeps_the_work_item(
         async with anyio.create_task_group() as tg:
             tg.start_soon(anyio.to_thread.run_sync, _write_fifo, fifo, b"x\ny\n")
             with anyio.fail_after(5):
-                _, values = await second.read_up_to(await _work(), 10)
+                _, values = await second.read_up_to(await work_queue([]), 10)
         assert values == [b"x", b"y"]
     assert await anyio.to_thread.run_sync(_open_fds, fifo) == 0
 
@@ -478,7 +471,7 @@ async def test_resuming_a_pipe_part_way_is_a_failed_precondition(
     path.write_bytes(line * 100)  # more than one block: the state's position is past 0
     async with ar.TextLineReader() as first:
         with anyio.fail_after(5):
-            queue = await _work(str(path))
+            queue = await work_queue([str(path)])
             for _ in range(90):
                 await first.read(queue)
         state = first.serialize_state()
@@ -490,14 +483,14 @@ async def test_resuming_a_pipe_part_way_is_a_failed_precondition(
         async with anyio.create_task_group() as tg:
             tg.start_soon(anyio.to_thread.run_sync, _write_fifo, fifo, b"")
             with anyio.fail_after(5), pytest.raises(ar.FailedPreconditionError) as info:
-                await second.read(await _work())
+                await second.read(await work_queue([]))
         assert "does not support seeking" in str(info.value)
         assert info.value.work_item == os.fsencode(path)
         assert isinstance(info.value.offset, int)
         assert info.value.offset > 0
         # As a work item that fails to start, it is abandoned.
         with anyio.fail_after(5), pytest.raises(ar.OutOfRangeError):
-            await second.read(await _work())
+            await second.read(await work_queue([]))
     assert await anyio.to_thread.run_sync(_open_fds, fifo) == 0
 
 
@@ -510,7 +503,7 @@ async def test_leaving_a_session_closes_stuck_readers_at_once(fifo: Path) -> Non
             stuck = [ar.TextLineReader() for _ in range(readers)]
             async with anyio.create_task_group() as tg:
                 for reader in stuck:
-                    queue = await _work(str(fifo))
+                    queue = await work_queue([str(fifo)])
 
                     async def read(reader: ar.TextLineReader, queue: ar.FIFOQueue) -> None:
                         with anyio.move_on_after(0.3):

@@ -1,10 +1,11 @@
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import anyio
 import anyio.lowlevel
 import pytest
+from queue_util import dequeue_all
 
 import asyncreader as ar
 
@@ -26,15 +27,6 @@ def _counter(queue: ar.FIFOQueue, limit: int | None = None) -> Callable[[], Awai
         await queue.enqueue(value)
 
     return enqueue_next
-
-
-async def _drain(queue: ar.FIFOQueue) -> list[Any]:
-    out: list[Any] = []
-    while True:
-        try:
-            out.append(await queue.dequeue())
-        except ar.OutOfRangeError:
-            return out
 
 
 def test_missing_queue_or_ops() -> None:
@@ -74,7 +66,7 @@ async def test_runner_fills_the_queue_and_closes_it_at_end_of_input() -> None:
     with anyio.fail_after(10):
         async with ar.Coordinator() as coord:
             qr.start()
-            assert await _drain(q) == [0, 1, 2, 3, 4]
+            assert await dequeue_all(q) == [0, 1, 2, 3, 4]
     # No stop was needed: the runner ended by itself and closed the queue.
     assert not coord.should_stop()
     assert q.is_closed()
@@ -118,7 +110,7 @@ async def test_stop_request_wakes_blocked_producer_and_closes_queue() -> None:
             assert q.is_closed()
             assert coord.statistics().tasks_running == 0
             # What was enqueued stays available, then the end of input shows.
-            assert await _drain(q) == [0]
+            assert await dequeue_all(q) == [0]
     assert qr.statistics().tasks_running == 0
 
 
@@ -158,7 +150,7 @@ async def test_op_error_stops_the_coordinator_and_comes_out_as_itself() -> None:
         with pytest.raises(ar.DataLossError) as info:  # noqa: PT012
             async with ar.Coordinator():
                 qr.start()
-                await _drain(q)  # ends when the stop closes the queue
+                await dequeue_all(q)  # ends when the stop closes the queue
     assert info.value is err
     assert qr.exceptions_raised == [err]
     assert q.is_closed()
@@ -203,7 +195,7 @@ async def test_starting_again_while_running_starts_nothing() -> None:
             assert qr.start() == []
             assert qr.statistics().tasks_running == 1
             assert "QueueRunner-work-0-enqueue_next" in coord.statistics().task_names
-            assert await _drain(q) == [0, 1, 2]
+            assert await dequeue_all(q) == [0, 1, 2]
 
 
 async def test_restart_after_the_tasks_ended_clears_exceptions() -> None:
