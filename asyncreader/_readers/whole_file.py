@@ -9,7 +9,6 @@ from .base import ReaderBase, WorkItemKeys
 
 if TYPE_CHECKING:
     from .._io.filesystem import RandomAccessFile
-    from .policy import OnError
 
 __all__ = ["WholeFileReader"]
 
@@ -37,20 +36,8 @@ class WholeFileReader(WorkItemKeys, ReaderBase):
 
     _tf_state: ClassVar[bool] = True
     _rereadable: ClassVar[bool] = True
-
-    def __init__(
-        self,
-        name: str | None = None,
-        *,
-        on_error: OnError = None,
-        shared_name: str | None = None,
-        container: str | None = None,
-    ) -> None:
-        # shared_name / container are consumed by SharedResourceMeta before __init__ runs;
-        # they are named here so that type checkers accept them.
-        del shared_name, container
-        super().__init__(name, on_error=on_error)
-        self._file: RandomAccessFile | None = None
+    # The file the current read opened; the constructor is ReaderBase's.
+    _file: RandomAccessFile | None = None
 
     def on_work_started(self, work: bytes) -> None:
         self._close_files()  # the read opens the file (TensorFlow's ReadLocked)
