@@ -124,7 +124,7 @@ from ._pipeline.producers import (
 )
 
 # --- queues ---
-from ._queues._base import QueueStatistics as QueueStatistics
+from ._queues.base import QueueStatistics as QueueStatistics
 from ._queues.fifo import FIFOQueue as FIFOQueue
 from ._queues.padding import PaddingFIFOQueue as PaddingFIFOQueue
 from ._queues.priority import PriorityQueue as PriorityQueue

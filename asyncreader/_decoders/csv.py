@@ -22,10 +22,10 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from .._errors import InvalidArgumentError
-from ._dtypes import STRING, resolve_dtype, tf_name
-from ._numbers import parse_float, parse_int, round_float32_ties
-from ._strings import flatten_strings, to_bytes
+from .dtypes import STRING, resolve_dtype, tf_name
+from .numbers import parse_float, parse_int, round_float32_ties
 from .policy import check_keys, check_on_error, check_skip_shape, decode_guarded
+from .strings import flatten_strings, to_bytes
 
 if TYPE_CHECKING:
     from collections.abc import Sequence

@@ -5,7 +5,7 @@ messages and serialize to the same bytes; :func:`parse_example` turns a batch of
 Examples into numpy arrays the way ``tf.io.parse_example`` does, with TensorFlow's shapes,
 defaults, sparse layout and error messages.
 
-The codec is a hand-written wire-format parser (see :mod:`._wire`), chosen over the
+The codec is a hand-written wire-format parser (see :mod:`.wire`), chosen over the
 ``protobuf`` package by measurement (``benchmarks/decoders.py``): it only looks at the
 features that were asked for, and it builds each output for the whole batch with a few
 numpy calls (one ``np.frombuffer`` over all float lists, one vectorised varint decode over
@@ -26,10 +26,10 @@ from typing import TYPE_CHECKING, Any, Final, TypeAlias, overload
 import numpy as np
 
 from .._errors import InvalidArgumentError
-from . import _wire
-from ._dtypes import STRING, resolve_dtype, tf_name
-from ._strings import flatten_strings, to_bytes
+from . import wire
+from .dtypes import STRING, resolve_dtype, tf_name
 from .policy import check_keys, check_on_error, decode_guarded
+from .strings import flatten_strings, to_bytes
 
 if TYPE_CHECKING:
     from collections.abc import Iterator, Mapping, Sequence
@@ -49,18 +49,18 @@ __all__ = [
 ]
 
 _KIND_NAMES: Final = {
-    _wire.BYTES: "bytes_list",
-    _wire.FLOAT: "float_list",
-    _wire.INT64: "int64_list",
+    wire.BYTES: "bytes_list",
+    wire.FLOAT: "float_list",
+    wire.INT64: "int64_list",
 }
 _KIND_BY_NAME: Final = {name: kind for kind, name in _KIND_NAMES.items()}
 _KIND_DTYPES: Final = {
-    _wire.BYTES: STRING,
-    _wire.FLOAT: np.dtype(np.float32),
-    _wire.INT64: np.dtype(np.int64),
+    wire.BYTES: STRING,
+    wire.FLOAT: np.dtype(np.float32),
+    wire.INT64: np.dtype(np.int64),
 }
 _DTYPE_KINDS: Final = {dtype: kind for kind, dtype in _KIND_DTYPES.items()}
-_COUNT_NAMES: Final = {_wire.BYTES: "bytes", _wire.FLOAT: "float", _wire.INT64: "int64"}
+_COUNT_NAMES: Final = {wire.BYTES: "bytes", wire.FLOAT: "float", wire.INT64: "int64"}
 _PREVIEW_BYTES = 64
 
 # --- messages --------------------------------------------------------------------------
@@ -95,9 +95,9 @@ class Feature:
         given = [
             (kind, values)
             for kind, values in (
-                (_wire.BYTES, bytes_list),
-                (_wire.FLOAT, float_list),
-                (_wire.INT64, int64_list),
+                (wire.BYTES, bytes_list),
+                (wire.FLOAT, float_list),
+                (wire.INT64, int64_list),
             )
             if values is not None
         ]
@@ -105,7 +105,7 @@ class Feature:
             raise InvalidArgumentError(
                 "a Feature holds only one of bytes_list, float_list, int64_list"
             )
-        self._kind = _wire.NONE
+        self._kind = wire.NONE
         self._value: list[bytes] | np.ndarray | None = None
         if given:
             self._kind, values = given[0]
@@ -174,7 +174,7 @@ class Feature:
 
     def SerializeToString(self) -> bytes:
         """The Feature in protobuf wire format."""
-        return _wire.encode_feature(self._kind, self._value)
+        return wire.encode_feature(self._kind, self._value)
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Feature):
@@ -189,7 +189,7 @@ class Feature:
     __hash__ = None  # type: ignore[assignment]
 
     def __repr__(self) -> str:
-        if self._kind == _wire.NONE:
+        if self._kind == wire.NONE:
             return "Feature()"
         value = self._value
         shown = value.tolist() if isinstance(value, np.ndarray) else value
@@ -197,18 +197,18 @@ class Feature:
 
 
 def _convert_values(kind: int, values: object) -> list[bytes] | np.ndarray:
-    if kind == _wire.BYTES:
+    if kind == wire.BYTES:
         if isinstance(values, (bytes, str)):
             raise InvalidArgumentError("bytes_list takes a list of values, not one bytes value")
         if isinstance(values, np.ndarray):
             values = values.ravel().tolist()
         return [to_bytes(item) for item in values]  # type: ignore[attr-defined]
-    dtype = np.float32 if kind == _wire.FLOAT else np.int64
+    dtype = np.float32 if kind == wire.FLOAT else np.int64
     try:
         array = np.asarray(values)
-        if kind == _wire.INT64 and array.dtype.kind == "f" and array.size:
+        if kind == wire.INT64 and array.dtype.kind == "f" and array.size:
             raise InvalidArgumentError("int64_list values must be integers")
-        if kind == _wire.INT64 and array.dtype.kind == "O":
+        if kind == wire.INT64 and array.dtype.kind == "O":
             array = np.array([int(item) for item in array.ravel().tolist()], dtype=np.int64)
         return array.astype(dtype).ravel()
     except (OverflowError, TypeError, ValueError) as exc:
@@ -279,8 +279,8 @@ class Example:
     def SerializeToString(self) -> bytes:
         """The Example in protobuf wire format."""
         if not self._has_features and not self.features.feature:
-            return _wire.encode_example(None)
-        return _wire.encode_example(
+            return wire.encode_example(None)
+        return wire.encode_example(
             {
                 name.encode("utf-8"): feature.SerializeToString()
                 for name, feature in self.features.feature.items()
@@ -298,14 +298,14 @@ class Example:
         """
         data = to_bytes(serialized)
         try:
-            spans = _wire.index_example(data)
+            spans = wire.index_example(data)
             decoded = {key: _decode_feature(span) for key, span in spans.items()}
             names = {key.decode("utf-8"): feature for key, feature in decoded.items()}
-        except (_wire.WireError, UnicodeDecodeError) as exc:
+        except (wire.WireError, UnicodeDecodeError) as exc:
             raise InvalidArgumentError(f"Error parsing Example: {exc}") from None
         example = cls(Features())
         example.features.feature = names
-        example._has_features = bool(names) or _wire.has_features(data)
+        example._has_features = bool(names) or wire.has_features(data)
         return example
 
     parse = FromString
@@ -325,16 +325,16 @@ class Example:
         return f"Example(features={self.features.feature!r})"
 
 
-def _decode_feature(span: _wire.Span) -> Feature:
-    kind, body = _wire.parse_feature(span)
-    if kind == _wire.NONE:
+def _decode_feature(span: wire.Span) -> Feature:
+    kind, body = wire.parse_feature(span)
+    if kind == wire.NONE:
         return Feature._from_parts(kind, None)
-    if kind == _wire.BYTES:
-        return Feature._from_parts(kind, _wire.bytes_values(body))
-    if kind == _wire.FLOAT:
-        floats = np.frombuffer(bytearray(_wire.float_bytes(body)), dtype="<f4")
+    if kind == wire.BYTES:
+        return Feature._from_parts(kind, wire.bytes_values(body))
+    if kind == wire.FLOAT:
+        floats = np.frombuffer(bytearray(wire.float_bytes(body)), dtype="<f4")
         return Feature._from_parts(kind, floats.astype(np.float32, copy=False))
-    return Feature._from_parts(kind, _wire.decode_varints(_wire.int64_stream(body)))
+    return Feature._from_parts(kind, wire.decode_varints(wire.int64_stream(body)))
 
 
 # --- parsing configuration -------------------------------------------------------------
@@ -724,24 +724,24 @@ def _parse_one(
     index: int, data: bytes, specs: list[_Spec], columns: list[_Columns], single: bool
 ) -> None:
     try:
-        spans = _wire.index_example(data)
+        spans = wire.index_example(data)
         for spec, column in zip(specs, columns, strict=True):
             span = spans.get(spec.key)
             if span is None:
-                column.kinds.append(_wire.NONE)
+                column.kinds.append(wire.NONE)
                 column.values.append(None)
                 continue
-            kind, body = _wire.parse_feature(span)
+            kind, body = wire.parse_feature(span)
             column.kinds.append(kind)
-            if kind == _wire.NONE or kind != spec.kind:
+            if kind == wire.NONE or kind != spec.kind:
                 column.values.append(None)
-            elif kind == _wire.FLOAT:
-                column.values.append(_wire.float_bytes(body))
-            elif kind == _wire.INT64:
-                column.values.append(_wire.int64_stream(body))
+            elif kind == wire.FLOAT:
+                column.values.append(wire.float_bytes(body))
+            elif kind == wire.INT64:
+                column.values.append(wire.int64_stream(body))
             else:
-                column.values.append(_wire.bytes_values(body))
-    except _wire.WireError as exc:
+                column.values.append(wire.bytes_values(body))
+    except wire.WireError as exc:
         raise InvalidArgumentError(
             f"Could not parse example input, value: '{_preview(data)}' ({exc})",
             record=None if single else index,
@@ -791,7 +791,7 @@ class _Layout:
         length = len(first)
         try:
             found = cls._payload(first, specs)
-        except _wire.WireError:
+        except wire.WireError:
             return None
         if found is None or length == 0:
             return None
@@ -812,7 +812,7 @@ class _Layout:
         picked = matrix[:, np.flatnonzero(~payload)]
         ok = (picked == picked[0]).all(axis=1)
         for spec, kind, spans in zip(specs, kinds, ranges, strict=True):
-            if kind == _wire.INT64 and spec.kind == _wire.INT64:
+            if kind == wire.INT64 and spec.kind == wire.INT64:
                 for _start, stop in spans:
                     # A packed varint stream must end on a final byte.
                     ok &= matrix[:, stop - 1] < 0x80
@@ -827,7 +827,7 @@ class _Layout:
     def _payload(
         buf: bytes, specs: list[_Spec]
     ) -> tuple[list[int], list[list[tuple[int, int]]], np.ndarray] | None:
-        spans = _wire.index_example(buf)
+        spans = wire.index_example(buf)
         payload = np.zeros(len(buf), dtype=bool)
         wanted = {spec.key for spec in specs}
         for key, (source, start, stop) in spans.items():
@@ -840,29 +840,29 @@ class _Layout:
         for spec in specs:
             span = spans.get(spec.key)
             if span is None:
-                kinds.append(_wire.NONE)
+                kinds.append(wire.NONE)
                 ranges.append([])
                 continue
-            kind, (source, start, stop) = _wire.parse_feature(span)
+            kind, (source, start, stop) = wire.parse_feature(span)
             kinds.append(kind)
             found: list[tuple[int, int]] = []
             if kind == spec.kind and stop > start:
                 if source is not buf:
                     return None
-                if kind == _wire.BYTES:
+                if kind == wire.BYTES:
                     pos = start
                     while pos < stop:
                         if buf[pos] != 0x0A:
                             return None
-                        value_start, pos = _wire._length(buf, pos + 1, stop)
+                        value_start, pos = wire._length(buf, pos + 1, stop)
                         found.append((value_start, pos))
                 else:
                     if buf[start] != 0x0A:
                         return None
-                    value_start, value_stop = _wire._length(buf, start + 1, stop)
+                    value_start, value_stop = wire._length(buf, start + 1, stop)
                     if value_stop != stop:
                         return None
-                    if kind == _wire.FLOAT and (value_stop - value_start) % 4:
+                    if kind == wire.FLOAT and (value_stop - value_start) % 4:
                         return None
                     found.append((value_start, value_stop))
             for value_start, value_stop in found:
@@ -878,9 +878,9 @@ class _Layout:
             self.kinds, self.spec_kinds, self.ranges, columns, strict=True
         ):
             column.kinds.append(kind)
-            if kind == _wire.NONE or kind != wanted:
+            if kind == wire.NONE or kind != wanted:
                 column.values.append(None)
-            elif kind == _wire.BYTES:
+            elif kind == wire.BYTES:
                 column.values.append([joined[offset + a : offset + b] for a, b in spans])
             elif spans:
                 ((start, stop),) = spans
@@ -895,11 +895,11 @@ class _Layout:
         for spec_index, column in enumerate(columns):
             kind = self.kinds[spec_index]
             column.kinds = [kind] * count
-            if kind == _wire.NONE or kind != self.spec_kinds[spec_index]:
+            if kind == wire.NONE or kind != self.spec_kinds[spec_index]:
                 column.values = [None] * count
                 continue
             spans = self.ranges[spec_index]
-            if kind == _wire.BYTES:
+            if kind == wire.BYTES:
                 if len(spans) == 1:
                     ((start, stop),) = spans
                     column.values = [[joined[o + start : o + stop]] for o in offsets]
@@ -932,7 +932,7 @@ class _Builder:
 
     def _counts(self) -> np.ndarray:
         values = self.column.values
-        if self.spec.kind == _wire.INT64:
+        if self.spec.kind == wire.INT64:
             streams = [value if value is not None else b"" for value in values]
             lengths = np.fromiter(map(len, streams), dtype=np.intp, count=len(streams))
             joined = b"".join(streams)  # type: ignore[arg-type]
@@ -946,19 +946,19 @@ class _Builder:
             (0 if value is None else len(value) for value in values),
             dtype=np.intp,
             count=len(values),
-        ) // (4 if self.spec.kind == _wire.FLOAT else 1)
+        ) // (4 if self.spec.kind == wire.FLOAT else 1)
 
     def _decode_varints(self, joined: bytes, lengths: np.ndarray) -> np.ndarray:
         try:
-            return _wire.decode_varints(joined)
-        except _wire.WireError as exc:
+            return wire.decode_varints(joined)
+        except wire.WireError as exc:
             # Only an over-long varint gets here (truncation is caught per example); find it.
             stops = np.cumsum(lengths)
             for index in range(len(lengths)):
                 start = int(stops[index] - lengths[index])
                 try:
-                    _wire.decode_varints(joined[start : int(stops[index])])
-                except _wire.WireError:
+                    wire.decode_varints(joined[start : int(stops[index])])
+                except wire.WireError:
                     raise InvalidArgumentError(
                         f"Could not parse example input, value: '' ({exc})",
                         record=None if self.single else index + self.base,
@@ -976,9 +976,9 @@ class _Builder:
         spec = self.spec
         kinds = np.array(self.column.kinds, dtype=np.int8)
         fixed = isinstance(spec.spec, FixedLenFeature)
-        wrong_type = (kinds != _wire.NONE) & (kinds != spec.kind)
+        wrong_type = (kinds != wire.NONE) & (kinds != spec.kind)
         bad = wrong_type.copy()
-        missing = kinds == _wire.NONE
+        missing = kinds == wire.NONE
         if fixed:
             assert isinstance(spec.spec, FixedLenFeature)
             if spec.spec.default_value is None:
@@ -1007,12 +1007,12 @@ class _Builder:
             count = int(self.counts[index])
             if self.single:
                 kind_name = _KIND_NAMES[spec.kind]
-                if spec.kind == _wire.BYTES and count > spec.size:
+                if spec.kind == wire.BYTES and count > spec.size:
                     detail = "Parsing bytes_list failed."
                 else:
                     detail = f"Some {kind_name} slice was not parsed."
                 message = self._prefix(index) + "Can't parse serialized Example: " + detail
-            elif spec.kind == _wire.BYTES and count > spec.size:
+            elif spec.kind == wire.BYTES and count > spec.size:
                 message = self._prefix(index) + "Can't parse serialized Example."
             else:
                 message = self._prefix(index) + (
@@ -1030,10 +1030,10 @@ class _Builder:
         """All present values of the batch, concatenated in example order."""
         kind = self.spec.kind
         present_values = [value for value in self.column.values if value is not None]
-        if kind == _wire.INT64:
+        if kind == wire.INT64:
             assert self.int_values is not None
             return self.int_values
-        if kind == _wire.FLOAT:
+        if kind == wire.FLOAT:
             raw = bytearray().join(present_values)  # type: ignore[arg-type]
             return np.frombuffer(raw, dtype="<f4").astype(np.float32, copy=False)
         flat = [item for value in present_values for item in value]

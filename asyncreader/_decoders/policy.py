@@ -27,7 +27,7 @@ import numpy as np
 
 from .._errors import AsyncReaderError, FailedPreconditionError, InvalidArgumentError
 from .._readers.policy import MAX_DEAD_LETTERS, DeadLetter, ErrorPolicy, OnError, as_policy
-from ._strings import flatten_strings
+from .strings import flatten_strings
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence

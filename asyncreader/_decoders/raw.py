@@ -8,9 +8,9 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from .._errors import InvalidArgumentError
-from ._dtypes import resolve_dtype, tf_name
-from ._strings import flatten_strings
+from .dtypes import resolve_dtype, tf_name
 from .policy import check_keys, check_on_error, check_skip_shape, with_key
+from .strings import flatten_strings
 
 if TYPE_CHECKING:
     from .._readers.policy import OnError

@@ -40,8 +40,8 @@ from .._queues.record_refs import RecordRefs, as_record_refs
 from .._runtime.checkpoint import owned_resources
 from .._runtime.context import current_session
 from .._typing import BatchT
-from ._common import resolve_coordinator
-from ._structure import (
+from .common import resolve_coordinator
+from .structure import (
     Shape,
     Structure,
     component_spec,

@@ -27,8 +27,8 @@ import numpy as np
 from .._errors import FailedPreconditionError, InvalidArgumentError, OutOfRangeError
 from .._runtime.checkpoint import owned_resources
 from .._runtime.context import current_session
-from ._common import resolve_coordinator
-from ._structure import format_shape
+from .common import resolve_coordinator
+from .structure import format_shape
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable

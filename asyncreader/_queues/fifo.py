@@ -6,8 +6,8 @@ from collections import deque
 from typing import TYPE_CHECKING, Any, ClassVar, SupportsIndex
 
 from .._typing import ElementT
-from ._base import QueueBase
-from ._elements import TypedCodec, make_codec
+from .base import QueueBase
+from .elements import TypedCodec, make_codec
 
 if TYPE_CHECKING:
     from .record_refs import RecordRefsArg

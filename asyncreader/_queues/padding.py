@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, SupportsIndex
 
 from .._errors import InvalidArgumentError
 from .._typing import ElementT
-from ._elements import TypedCodec, split_shapes
+from .elements import TypedCodec, split_shapes
 from .fifo import _DequeStorage
 
 if TYPE_CHECKING:

@@ -10,8 +10,8 @@ import numpy as np
 
 from .._errors import InvalidArgumentError
 from .._typing import ElementT
-from ._base import QueueBase
-from ._elements import Row, TypedCodec, format_shape, split_shapes
+from .base import QueueBase
+from .elements import Row, TypedCodec, format_shape, split_shapes
 
 if TYPE_CHECKING:
     from .record_refs import RecordRefsArg

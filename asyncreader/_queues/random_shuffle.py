@@ -11,9 +11,9 @@ import numpy as np
 
 from .._errors import InvalidArgumentError
 from .._typing import ElementT
-from ._base import QueueBase, as_int
-from ._elements import TypedCodec, make_codec
-from ._slab import SlabCodec
+from .base import QueueBase, as_int
+from .elements import TypedCodec, make_codec
+from .slab import SlabCodec
 
 if TYPE_CHECKING:
     from .record_refs import RecordRefsArg

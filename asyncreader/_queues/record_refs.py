@@ -23,7 +23,7 @@ from .._runtime.context import current_session
 
 if TYPE_CHECKING:
     from .._readers.base import ReaderBase
-    from ._elements import TypedCodec, UntypedCodec
+    from .elements import TypedCodec, UntypedCodec
 
 __all__ = ["RecordRefs", "RecordRefsArg", "RefLayout", "as_record_refs"]
 

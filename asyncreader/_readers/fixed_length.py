@@ -12,10 +12,10 @@ from .._records.compression import (
     parse_compression_type,
 )
 from .._records.fixed_length import FixedLengthFramer
-from ._framed import FramedReader
+from .framed import FramedReader
 
 if TYPE_CHECKING:
-    from .._records._framer import Framer
+    from .._records.framer import Framer
     from .policy import OnError
 
 __all__ = ["FixedLengthRecordReader"]

@@ -5,12 +5,12 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, ClassVar
 
 from .._errors import InvalidArgumentError
-from .._records._framer import DEFAULT_MAX_RECORD_BYTES, check_max_record_bytes
+from .._records.framer import DEFAULT_MAX_RECORD_BYTES, check_max_record_bytes
 from .._records.lines import LineFramer
-from ._framed import FramedReader
+from .framed import FramedReader
 
 if TYPE_CHECKING:
-    from .._records._framer import Framer
+    from .._records.framer import Framer
     from .policy import OnError
 
 __all__ = ["TextLineReader"]

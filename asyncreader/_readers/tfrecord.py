@@ -4,17 +4,17 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from .._records._framer import DEFAULT_MAX_RECORD_BYTES, check_max_record_bytes
 from .._records.compression import (
     TFRecordCompressionType,
     compression_name,
     parse_compression_type,
 )
+from .._records.framer import DEFAULT_MAX_RECORD_BYTES, check_max_record_bytes
 from .._records.tfrecord import TFRecordFramer
-from ._framed import FramedReader
+from .framed import FramedReader
 
 if TYPE_CHECKING:
-    from .._records._framer import Framer
+    from .._records.framer import Framer
     from .policy import OnError
 
 __all__ = ["TFRecordReader"]

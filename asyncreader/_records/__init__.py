@@ -2,15 +2,15 @@
 
 The framers (:class:`TFRecordFramer`, :class:`LineFramer`, :class:`FixedLengthFramer`)
 turn chunks of a file into ``(keys, values)`` without doing any I/O themselves; readers feed
-them from worker threads. Their shared contract is described in :mod:`._framer`.
+them from worker threads. Their shared contract is described in :mod:`.framer`.
 :class:`TFRecordWriter` and :func:`tf_record_iterator` are the public TFRecord file API.
 """
 
 from __future__ import annotations
 
-from ._framer import DEFAULT_MAX_RECORD_BYTES, Framer, FramerStatistics
 from .compression import Decompressor, TFRecordCompressionType, parse_compression_type
 from .fixed_length import FixedLengthFramer
+from .framer import DEFAULT_MAX_RECORD_BYTES, Framer, FramerStatistics
 from .iterator import (
     AsyncTFRecordIterator,
     TFRecordIterator,

@@ -18,7 +18,7 @@ Speed: all records a chunk completes are sliced by one strided numpy ``tolist()`
 3,073-byte records about 270 ns, against 370 ns). A chunk is framed where it lies: only
 the records straddling two chunks are joined.
 
-See :mod:`asyncreader._records._framer` for the chunk contract.
+See :mod:`asyncreader._records.framer` for the chunk contract.
 """
 
 from __future__ import annotations
@@ -29,8 +29,8 @@ from typing import ClassVar
 import numpy as np
 
 from .._errors import InvalidArgumentError, OutOfRangeError
-from ._framer import Framer
 from .compression import DEFAULT_MAX_OUTPUT, parse_compression_type
+from .framer import Framer
 
 __all__ = ["FixedLengthFramer"]
 

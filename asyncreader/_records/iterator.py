@@ -17,16 +17,16 @@ import anyio.lowlevel
 
 from .._errors import InvalidArgumentError, map_io_errors
 from .._io.executor import IoCall, run_io, run_io_abandoning
-from . import _files
-from ._framer import DEFAULT_MAX_RECORD_BYTES, check_max_record_bytes
+from . import files
 from .compression import TFRecordCompressionType, parse_compression_type
+from .framer import DEFAULT_MAX_RECORD_BYTES, check_max_record_bytes
 from .tfrecord import TFRecordFramer
 
 if TYPE_CHECKING:
     from types import TracebackType
     from typing import Self
 
-    from ._files import PathArg
+    from .files import PathArg
 
 __all__ = [
     "AsyncTFRecordIterator",
@@ -55,12 +55,12 @@ class _Source:
         self.framer = TFRecordFramer(
             compression_type=kind,
             verify_crc=verify_crc,
-            work_item=_files.display_path(path),
+            work_item=files.display_path(path),
             max_record_bytes=max_record_bytes,
         )
 
     def open(self) -> None:
-        self.file = _files.open_for_reading(self.path)
+        self.file = files.open_for_reading(self.path)
         # Bounds the lengths headers may declare (ignored for a compressed file).
         with map_io_errors(self.framer.work_item):
             self.framer.stream_size = os.fstat(self.file.fileno()).st_size
@@ -256,7 +256,7 @@ def tf_record_iterator(
     compression_type: str | TFRecordCompressionType | None = None,
     *,
     verify_crc: bool = True,
-    read_size: int = _files.READ_SIZE,
+    read_size: int = files.READ_SIZE,
     max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES,
 ) -> TFRecordIterator:
     """Return an iterator over the payloads of the TFRecord file at ``path``.
@@ -297,7 +297,7 @@ def async_tf_record_iterator(
     compression_type: str | TFRecordCompressionType | None = None,
     *,
     verify_crc: bool = True,
-    read_size: int = _files.READ_SIZE,
+    read_size: int = files.READ_SIZE,
     max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES,
 ) -> AsyncTFRecordIterator:
     """Return an ``async for`` iterator over the payloads of the TFRecord file at ``path``.

@@ -10,7 +10,7 @@
   (``skip_header_lines``) and still counted, so with one header line the first record's
   key is 2. Running out of input while skipping is not an error.
 
-See :mod:`asyncreader._records._framer` for the chunk contract. Every byte sequence is some
+See :mod:`asyncreader._records.framer` for the chunk contract. Every byte sequence is some
 lines; the only error is a line longer than ``max_record_bytes``
 (:class:`~asyncreader.ResourceExhaustedError`), raised as soon as that many bytes of it are
 held, so a file without newlines cannot take memory without bound.
@@ -21,13 +21,13 @@ from __future__ import annotations
 from typing import NoReturn
 
 from .._errors import InvalidArgumentError, ResourceExhaustedError
-from ._framer import (
+from .compression import TFRecordCompressionType
+from .framer import (
     DEFAULT_MAX_RECORD_BYTES,
     Framer,
     check_max_record_bytes,
     too_long_message,
 )
-from .compression import TFRecordCompressionType
 
 __all__ = ["LineFramer"]
 

@@ -5,7 +5,7 @@ Format (SPEC §4.1, little-endian)::
     uint64 length | uint32 masked_crc32c(length) | payload[length] | uint32 masked_crc32c(payload)
 
 Keys are the byte offsets of the records' 12-byte headers in the (decompressed) stream. See
-:mod:`asyncreader._records._framer` for the chunk contract shared by all framers.
+:mod:`asyncreader._records.framer` for the chunk contract shared by all framers.
 
 Errors at a record starting at offset ``o`` (SPEC §4.4):
 
@@ -37,17 +37,17 @@ import numpy as np
 
 from .._errors import DataLossError, InvalidArgumentError, ResourceExhaustedError
 from .._io.crc import crc32c, crc32c_bytes
-from ._framer import (
-    DEFAULT_MAX_RECORD_BYTES,
-    Framer,
-    check_max_record_bytes,
-    too_long_message,
-)
 from .compression import (
     DEFAULT_MAX_OUTPUT,
     TFRecordCompressionType,
     compression_hint,
     parse_compression_type,
+)
+from .framer import (
+    DEFAULT_MAX_RECORD_BYTES,
+    Framer,
+    check_max_record_bytes,
+    too_long_message,
 )
 
 __all__ = ["HEADER_SIZE", "FOOTER_SIZE", "TFRecordFramer", "frame_record"]

@@ -24,7 +24,7 @@ import anyio.lowlevel
 from .._errors import FailedPreconditionError, InvalidArgumentError, map_io_errors
 from .._io.crc import crc32c
 from .._io.executor import run_io
-from . import _files
+from . import files
 from .compression import TFRecordCompressionType, parse_compression_type, wbits_for
 
 if TYPE_CHECKING:
@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from types import TracebackType
     from typing import Self
 
-    from ._files import PathArg
+    from .files import PathArg
 
 __all__ = ["TFRecordWriter", "WriterStatistics"]
 
@@ -344,7 +344,7 @@ class TFRecordWriter:
     def _check_open(self) -> None:
         if self._closed:
             raise FailedPreconditionError(
-                "Writer is closed.", work_item=_files.display_path(self._path)
+                "Writer is closed.", work_item=files.display_path(self._path)
             )
 
     def _append(self, record: bytes | bytearray | memoryview | str) -> None:
@@ -377,9 +377,9 @@ class TFRecordWriter:
 
     def _write_out(self, parts: list[bytes], mode: int) -> None:
         """Open the file if needed, compress and write ``parts``. Runs on any thread."""
-        display = _files.display_path(self._path)
+        display = files.display_path(self._path)
         if self._file is None:
-            self._file = _files.open_for_writing(self._path)
+            self._file = files.open_for_writing(self._path)
             if self._compression is not TFRecordCompressionType.NONE:
                 self._compressor = zlib.compressobj(
                     self._level, zlib.DEFLATED, wbits_for(self._compression), _MEM_LEVEL
@@ -408,5 +408,5 @@ class TFRecordWriter:
         file, self._file = self._file, None
         self._compressor = None
         if file is not None:
-            with map_io_errors(_files.display_path(self._path)):
+            with map_io_errors(files.display_path(self._path)):
                 file.close()

@@ -133,7 +133,7 @@ def collect(resources: Iterable[object], runners: Iterable[QueueRunner]) -> list
     A runner's queue is listed after the runner when ``resources`` did not list it.
     Objects that are neither queues nor readers are skipped.
     """
-    from .._queues._base import QueueBase
+    from .._queues.base import QueueBase
     from .._readers.base import ReaderBase
 
     out: list[StageStatistics] = []

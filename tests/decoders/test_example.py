@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import asyncreader as ar
-from asyncreader._decoders import _wire
+from asyncreader._decoders import wire
 
 
 def image_example(label: int, fill: int = 0) -> bytes:
@@ -104,7 +104,7 @@ def test_negative_int64_are_ten_byte_varints() -> None:
     assert encoded == b"\x1a\x0c\x0a\x0a" + b"\xff" * 9 + b"\x01"
     values = np.array([-1, 0, 1, 127, 128, 2**62, -(2**63), 300] * 3, dtype=np.int64)
     assert (
-        _wire.decode_varints(ar.Feature(int64_list=values).SerializeToString()[4:]).tolist()
+        wire.decode_varints(ar.Feature(int64_list=values).SerializeToString()[4:]).tolist()
         == values.tolist()
     )
 

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import asyncreader as ar
-from asyncreader._pipeline._structure import (
+from asyncreader._pipeline.structure import (
     Structure,
     component_spec,
     format_shape,

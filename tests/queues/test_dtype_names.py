@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import asyncreader as ar
-from asyncreader._decoders._dtypes import resolve_dtype
+from asyncreader._decoders.dtypes import resolve_dtype
 
 if TYPE_CHECKING:
     from collections.abc import Callable

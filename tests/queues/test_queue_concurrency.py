@@ -20,7 +20,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import asyncreader as ar
-from asyncreader._queues._base import (
+from asyncreader._queues.base import (
     YIELD_INTERVAL,
     QueueBase,
 )

@@ -21,7 +21,7 @@ import asyncreader as ar
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
 
-    from asyncreader._queues._base import QueueBase
+    from asyncreader._queues.base import QueueBase
 
 pytestmark = [pytest.mark.anyio, pytest.mark.both_backends]
 

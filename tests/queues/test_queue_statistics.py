@@ -10,12 +10,12 @@ import numpy as np
 import pytest
 
 import asyncreader as ar
-from asyncreader._queues._base import QueueStatistics
+from asyncreader._queues.base import QueueStatistics
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from asyncreader._queues._base import QueueBase
+    from asyncreader._queues.base import QueueBase
 
 pytestmark = pytest.mark.anyio
 

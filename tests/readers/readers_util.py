@@ -49,7 +49,7 @@ def tfrecord_bytes(payloads: Iterable[bytes]) -> bytes:
 
 def frame_in_small_pieces(monkeypatch: pytest.MonkeyPatch) -> None:
     """Make file readers read 997-byte blocks and frame them a few records per hop."""
-    framed = "asyncreader._readers._framed"
+    framed = "asyncreader._readers.framed"
     monkeypatch.setattr(f"{framed}.READ_BLOCK", 997)
     monkeypatch.setattr(f"{framed}._FIRST_PIECE", 50)
     monkeypatch.setattr(f"{framed}._MIN_PIECE", 16)

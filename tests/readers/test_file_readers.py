@@ -71,7 +71,7 @@ def test_text_line_reader_validates_arguments() -> None:
 async def test_long_lines_and_records_crossing_blocks(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("asyncreader._readers._framed.READ_BLOCK", 7)
+    monkeypatch.setattr("asyncreader._readers.framed.READ_BLOCK", 7)
     a = tmp_path / "a.txt"
     lines = [b"x" * n for n in (0, 1, 30, 6, 7, 8)]
     a.write_bytes(b"\n".join(lines))
@@ -86,7 +86,7 @@ async def test_consecutive_keys_across_small_blocks(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Keys built a thousand at a time must match across block and thousand boundaries.
-    monkeypatch.setattr("asyncreader._readers._framed.READ_BLOCK", 997)
+    monkeypatch.setattr("asyncreader._readers.framed.READ_BLOCK", 997)
     t = tmp_path / "l%d.txt"
     t.write_bytes(b"".join(b"%d\r\n" % i for i in range(2500)))
     b = tmp_path / "f.bin"

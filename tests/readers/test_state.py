@@ -13,7 +13,7 @@ from queue_util import work_queue
 from readers_util import frame_in_small_pieces, open_fds, tfrecord_bytes
 
 import asyncreader as ar
-from asyncreader._readers import _framed
+from asyncreader._readers import framed
 from asyncreader._readers.state import ReaderState, decode_tf_proto, encode_tf_proto
 
 if TYPE_CHECKING:
@@ -216,14 +216,14 @@ async def test_blocks_framed_in_pieces_resume_at_every_record(
     names, expected = await _two_files(kind, tmp_path)
     frame_in_small_pieces(monkeypatch)
     pieces: list[int] = []
-    real = _framed.FramedReader._next_piece
+    real = framed.FramedReader._next_piece
 
-    def spy(self: _framed.FramedReader) -> tuple[bytes, bool]:
+    def spy(self: framed.FramedReader) -> tuple[bytes, bool]:
         data, last = real(self)
         pieces.append(len(data))
         return data, last
 
-    monkeypatch.setattr(_framed.FramedReader, "_next_piece", spy)
+    monkeypatch.setattr(framed.FramedReader, "_next_piece", spy)
     q = await work_queue(names)
     got: list[tuple[bytes, bytes]] = []
     state = b""

@@ -9,7 +9,7 @@ import asyncreader as ar
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-    from asyncreader._records._framer import Framer
+    from asyncreader._records.framer import Framer
 
 
 def feed_until_error(

@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable
     from pathlib import Path
 
-    from asyncreader._records._framer import Framer
+    from asyncreader._records.framer import Framer
 
 RECORDS = 100_000
 PAYLOAD = 100

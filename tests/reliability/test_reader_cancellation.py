@@ -154,7 +154,7 @@ async def test_chunked_reader_cancelled_across_refills_loses_nothing_and_resumes
     tmp_path: Any, monkeypatch: pytest.MonkeyPatch, cancel_after: int
 ) -> None:
     # Small read blocks: one read_up_to spans many refills, each a cancellation point.
-    monkeypatch.setattr("asyncreader._readers._framed.READ_BLOCK", 64)
+    monkeypatch.setattr("asyncreader._readers.framed.READ_BLOCK", 64)
     payloads = [b"r%03d" % i for i in range(120)]
     path = tmp_path / "f.tfrecord"
     with ar.TFRecordWriter(str(path)) as writer:

@@ -1,6 +1,6 @@
 """Slab storage: a RandomShuffleQueue's typed elements in per-component arrays.
 
-Rows of enqueued chunks (see :mod:`._elements`) suit FIFO storage, where a chunk's rows
+Rows of enqueued chunks (see :mod:`.elements`) suit FIFO storage, where a chunk's rows
 leave together and in order. Drawn in random order they do not: a chunk stays alive until
 its last row is drawn, and with ``min_after_dequeue`` elements mixing that keeps several
 times the queue's own size of chunks in memory. A slab holds each stored element once, in
@@ -20,7 +20,7 @@ from typing import Any, Final
 
 import numpy as np
 
-from ._elements import Row, TypedCodec
+from .elements import Row, TypedCodec
 
 __all__ = ["SlabCodec"]
 

@@ -33,7 +33,7 @@ from .base import Chunk, ReaderBase, bulk_keys, key_format, range_keys
 
 if TYPE_CHECKING:
     from .._io.filesystem import RandomAccessFile
-    from .._records._framer import Framer
+    from .._records.framer import Framer
     from .policy import OnError
 
 __all__ = ["HOP_RECORDS", "FramedReader"]

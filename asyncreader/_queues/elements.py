@@ -24,7 +24,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from .._decoders._dtypes import builtin_dtype, dtype_by_name, tf_name
+from .._decoders.dtypes import builtin_dtype, dtype_by_name, tf_name
 from .._errors import InvalidArgumentError
 
 __all__ = [
@@ -54,7 +54,7 @@ def as_dtype(spec: Any) -> np.dtype[Any]:
 
     Names mean what they mean in TensorFlow (``"float"`` is float32, ``"double"`` float64,
     ``"half"`` float16) and Python's ``float`` is float32, as in ``tf.as_dtype``; the table
-    is the decoders' (:mod:`asyncreader._decoders._dtypes`), so a queue's checkpoint, which
+    is the decoders' (:mod:`asyncreader._decoders.dtypes`), so a queue's checkpoint, which
     names its dtypes that way, restores into the same dtypes. Other numpy spellings
     (``"<i4"``, ``np.float64``) are taken as numpy reads them, in native byte order (a
     dtype's TensorFlow name has no byte order, so a restore could not bring one back).

@@ -48,7 +48,7 @@ from .record_refs import RecordRefsArg, RefLayout, as_record_refs
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from ._elements import TypedCodec, UntypedCodec
+    from .elements import TypedCodec, UntypedCodec
 
 __all__ = ["YIELD_INTERVAL", "QueueBase", "QueueStatistics"]
 
@@ -133,7 +133,7 @@ def _new_wakeup() -> _Wakeup:
         loop = asyncio.get_running_loop()
     except RuntimeError:  # not asyncio: anyio's other backend, trio
         if _trio_wakeup is None:
-            from ._trio_wakeup import TrioWakeup
+            from .trio_wakeup import TrioWakeup
 
             _trio_wakeup = TrioWakeup
         return _trio_wakeup()
