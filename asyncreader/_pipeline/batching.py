@@ -38,7 +38,7 @@ import numpy as np
 from .._errors import InvalidArgumentError, OutOfRangeError
 from .._queues.record_refs import RecordRefs, as_record_refs
 from .._runtime.checkpoint import owned_resources
-from .._runtime.context import current_session
+from .._runtime.context import current_checkpointer, current_session
 from .._typing import BatchT
 from .common import resolve_coordinator
 from .structure import (
@@ -353,10 +353,11 @@ class Batcher(Generic[BatchT]):
         self._restore: Any = None
         self._record_refs = as_record_refs(record_refs)
         session = current_session()
-        if session is not None:
-            if session.deterministic:
-                self._check_deterministic()
-            session._checkpointer.register(
+        if session is not None and session.deterministic:
+            self._check_deterministic()
+        checkpointer = current_checkpointer()
+        if checkpointer is not None:
+            checkpointer.register(
                 "batcher", self, Batcher._checkpoint_save, Batcher._checkpoint_restore
             )
         self._coord.start_soon(self._start, threads_per_source, name=f"{what}-start")
@@ -385,12 +386,12 @@ class Batcher(Generic[BatchT]):
 
     async def _start(self, threads_per_source: int) -> None:
         """Fetch the first example, build the queue from it, then start the runner."""
-        session = current_session()
-        if session is None:
+        checkpointer = current_checkpointer()
+        if checkpointer is None:
             await self._start_runner(threads_per_source)
             return
         # A stage task: a checkpoint waits while it fetches the first example.
-        with session._checkpointer.stage(f"{self._what}-start"):
+        with checkpointer.stage(f"{self._what}-start"):
             await self._start_runner(threads_per_source)
 
     async def _start_runner(self, threads_per_source: int) -> None:

@@ -26,7 +26,7 @@ import numpy as np
 
 from .._errors import FailedPreconditionError, InvalidArgumentError, OutOfRangeError
 from .._runtime.checkpoint import owned_resources
-from .._runtime.context import current_session
+from .._runtime.context import current_checkpointer, current_session
 from .common import resolve_coordinator
 from .structure import format_shape
 
@@ -506,8 +506,8 @@ def _start(
         what, rows, queue, num_epochs=num_epochs, shuffle=shuffle, seed=seed, inputs=inputs
     )
     setattr(queue, _PRODUCER_ATTR, producer)
-    if session is not None:
-        checkpointer = session._checkpointer
+    checkpointer = current_checkpointer()
+    if checkpointer is not None:
         if checkpointer.vetting:  # the names an unsigned restore may make readers read
             for array in producer._inputs:
                 if array.dtype.kind == "O":

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, TypeAlias
 import numpy as np
 
 from .._errors import InvalidArgumentError
-from .._runtime.context import current_session
+from .._runtime.context import current_checkpointer
 
 if TYPE_CHECKING:
     from .._readers.base import ReaderBase
@@ -272,9 +272,9 @@ class RefLayout:
             raise InvalidArgumentError(
                 f"malformed record references in the checkpoint of queue '{self._queue}': {exc}"
             ) from None
-        session = current_session()
-        if session is not None:  # an unsigned restore reads only its producers' files
-            session._checkpointer.check_work_items(works, f"queue '{self._queue}' (record_refs)")
+        checkpointer = current_checkpointer()
+        if checkpointer is not None:  # an unsigned restore reads only its producers' files
+            checkpointer.check_work_items(works, f"queue '{self._queue}' (record_refs)")
         if parts:
             keys, values = await reread(
                 self._reader,

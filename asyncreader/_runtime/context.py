@@ -11,10 +11,11 @@ from contextvars import ContextVar
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from .checkpoint import Checkpointer
     from .coordinator import Coordinator
     from .session import Session
 
-__all__ = ["current_coordinator", "current_session", "track"]
+__all__ = ["current_checkpointer", "current_coordinator", "current_session", "track"]
 
 _session: ContextVar[Session | None] = ContextVar("asyncreader_session", default=None)
 _coordinator: ContextVar[Coordinator | None] = ContextVar("asyncreader_coordinator", default=None)
@@ -23,6 +24,15 @@ _coordinator: ContextVar[Coordinator | None] = ContextVar("asyncreader_coordinat
 def current_session() -> Session | None:
     """Return the Session whose block is running, or ``None``."""
     return _session.get()
+
+
+def current_checkpointer() -> Checkpointer | None:
+    """Return the checkpoint bookkeeping of the Session whose block is running, or ``None``.
+
+    Stages built in a Session register with it and run their tasks as its stage tasks.
+    """
+    session = _session.get()
+    return None if session is None else session._checkpointer
 
 
 def current_coordinator() -> Coordinator | None:

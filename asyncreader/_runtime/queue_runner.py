@@ -223,11 +223,10 @@ class QueueRunner:
         return [*names, watcher]
 
     async def _run(self, coord: Coordinator, op: Callable[[], Awaitable[Any]]) -> None:
-        session = context.current_session()
-        if session is None:
+        pause = context.current_checkpointer()
+        if pause is None:
             await self._loop(coord, op, None, None)
             return
-        pause = session._checkpointer
         with pause.stage(f"QueueRunner-{self.name}", self._queue) as stage:
             await self._loop(coord, op, pause, stage)
 
