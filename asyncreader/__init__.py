@@ -43,6 +43,8 @@ from ._decoders.example import (
 )
 from ._decoders.policy import DecodeErrors as DecodeErrors
 from ._decoders.raw import decode_raw as decode_raw
+from ._error_policy import DeadLetter as DeadLetter
+from ._error_policy import ErrorPolicy as ErrorPolicy
 from ._errors import (
     AlreadyExistsError as AlreadyExistsError,
 )
@@ -136,8 +138,6 @@ from ._readers.base import ReaderBase as ReaderBase
 from ._readers.base import ReaderStatistics as ReaderStatistics
 from ._readers.fixed_length import FixedLengthRecordReader as FixedLengthRecordReader
 from ._readers.identity import IdentityReader as IdentityReader
-from ._readers.policy import DeadLetter as DeadLetter
-from ._readers.policy import ErrorPolicy as ErrorPolicy
 from ._readers.text_line import TextLineReader as TextLineReader
 from ._readers.tfrecord import TFRecordReader as TFRecordReader
 from ._readers.whole_file import WholeFileReader as WholeFileReader

@@ -30,7 +30,7 @@ from .strings import flatten_strings, to_bytes
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-    from .._readers.policy import OnError
+    from .._error_policy import OnError
     from .policy import DecodeErrors
 
 __all__ = ["decode_csv"]

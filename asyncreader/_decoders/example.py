@@ -34,7 +34,7 @@ from .strings import flatten_strings, to_bytes
 if TYPE_CHECKING:
     from collections.abc import Iterator, Mapping, Sequence
 
-    from .._readers.policy import OnError
+    from .._error_policy import OnError
     from .policy import DecodeErrors
 
 __all__ = [

@@ -25,8 +25,8 @@ from typing import TYPE_CHECKING, Final, TypeVar
 
 import numpy as np
 
+from .._error_policy import MAX_DEAD_LETTERS, DeadLetter, ErrorPolicy, OnError, as_policy
 from .._errors import AsyncReaderError, FailedPreconditionError, InvalidArgumentError
-from .._readers.policy import MAX_DEAD_LETTERS, DeadLetter, ErrorPolicy, OnError, as_policy
 from .strings import flatten_strings
 
 if TYPE_CHECKING:

@@ -13,7 +13,7 @@ from .policy import check_keys, check_on_error, check_skip_shape, with_key
 from .strings import flatten_strings
 
 if TYPE_CHECKING:
-    from .._readers.policy import OnError
+    from .._error_policy import OnError
     from .policy import DecodeErrors
 
 __all__ = ["decode_raw"]

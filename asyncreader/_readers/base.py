@@ -50,6 +50,7 @@ import anyio
 import numpy as np
 from anyio.lowlevel import checkpoint, checkpoint_if_cancelled
 
+from .._error_policy import MAX_DEAD_LETTERS, DeadLetter, ErrorPolicy, OnError, as_policy
 from .._errors import (
     AsyncReaderError,
     FailedPreconditionError,
@@ -60,7 +61,6 @@ from .._io.executor import IoCall, run_io_abandoning
 from .._runtime.checkpoint import check_taken_work
 from .._runtime.resources import SharedResource
 from .._yields import yield_budget
-from .policy import MAX_DEAD_LETTERS, DeadLetter, ErrorPolicy, OnError, as_policy
 from .state import (
     ReaderState,
     c_escape,

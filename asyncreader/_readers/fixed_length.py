@@ -15,8 +15,8 @@ from .._records.fixed_length import FixedLengthFramer
 from .framed import FramedReader
 
 if TYPE_CHECKING:
+    from .._error_policy import OnError
     from .._records.framer import Framer
-    from .policy import OnError
 
 __all__ = ["FixedLengthRecordReader"]
 

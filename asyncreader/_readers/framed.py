@@ -32,9 +32,9 @@ from .._io.filesystem import READ_BLOCK, open_work_item
 from .base import Chunk, ReaderBase, bulk_keys, key_format, range_keys
 
 if TYPE_CHECKING:
+    from .._error_policy import OnError
     from .._io.filesystem import RandomAccessFile
     from .._records.framer import Framer
-    from .policy import OnError
 
 __all__ = ["HOP_RECORDS", "FramedReader"]
 

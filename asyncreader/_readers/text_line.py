@@ -10,8 +10,8 @@ from .._records.lines import LineFramer
 from .framed import FramedReader
 
 if TYPE_CHECKING:
+    from .._error_policy import OnError
     from .._records.framer import Framer
-    from .policy import OnError
 
 __all__ = ["TextLineReader"]
 

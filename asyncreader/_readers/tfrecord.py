@@ -14,8 +14,8 @@ from .._records.tfrecord import TFRecordFramer
 from .framed import FramedReader
 
 if TYPE_CHECKING:
+    from .._error_policy import OnError
     from .._records.framer import Framer
-    from .policy import OnError
 
 __all__ = ["TFRecordReader"]
 

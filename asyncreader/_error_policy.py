@@ -1,4 +1,4 @@
-"""What a reader does with bad input: raise (TensorFlow's way) or skip and keep a record.
+"""The error policy of readers and decoders: raise (TensorFlow's way) or skip and keep a record.
 
 TensorFlow's readers fail on the first corrupt record, and keep failing until ``reset()``;
 ``tf.data``'s ``ignore_errors()`` skips silently, and can stall on a file that keeps
@@ -21,7 +21,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Final, Literal, TypeAlias
 
-from .._errors import AsyncReaderError, InvalidArgumentError
+from ._errors import AsyncReaderError, InvalidArgumentError
 
 __all__ = ["DeadLetter", "ErrorPolicy", "OnError", "as_policy"]
 
