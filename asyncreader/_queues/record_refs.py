@@ -5,8 +5,13 @@ batch" layout) holds thousands of payloads; saving them makes every checkpoint a
 the buffer. The key a reader gives a record names where it came from, so a queue told
 which components hold a reader's keys and values saves, per element, only the work item
 (once per file), the record key and the value's CRC32C: 16 bytes. A restored queue
-reads the values again (:mod:`asyncreader._readers.reread`) before it hands out anything,
-and a value that no longer matches its checksum fails the restore.
+reads the values again before it hands out anything, and a value that no longer matches
+its checksum fails the restore.
+
+Queues know readers only through the small protocols defined here: a reader is a
+:class:`RereadableReader` whose ``_record_source()`` returns a :class:`RecordSource`, the
+object that splits the reader's keys and reads records again (readers live in a higher
+layer and satisfy these protocols; nothing here imports them).
 
 :class:`RefLayout` binds a :class:`RecordRefs` to one queue's element layout and converts
 between the checkpoint value of stored elements (``snapshot_rows``) and its compact form.
@@ -14,7 +19,7 @@ between the checkpoint value of stored elements (``snapshot_rows``) and its comp
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, TypeAlias
+from typing import TYPE_CHECKING, Any, Protocol, TypeAlias, runtime_checkable
 
 import numpy as np
 
@@ -22,13 +27,89 @@ from .._errors import InvalidArgumentError
 from .._runtime.context import current_checkpointer
 
 if TYPE_CHECKING:
-    from .._readers.base import ReaderBase
+    from collections.abc import Sequence
+
     from .elements import TypedCodec, UntypedCodec
 
-__all__ = ["RecordRefs", "RecordRefsArg", "RefLayout", "as_record_refs"]
+__all__ = [
+    "RecordRefs",
+    "RecordRefsArg",
+    "RecordSource",
+    "RefLayout",
+    "RereadableReader",
+    "as_record_refs",
+]
+
+
+class RecordSource(Protocol):
+    """How a reader's records are found again from their keys (what :class:`RefLayout`
+    needs of a reader).
+
+    A key names a record as ``(work item, record key)``; a checkpoint saves those and each
+    value's checksum, and a restore reads the values again and checks them.
+    """
+
+    @property
+    def kind(self) -> str:
+        """The reader type a checkpoint's references were saved by (its class name)."""
+        ...
+
+    def config(self) -> dict[str, object]:
+        """The arguments that decide how records are read (a restore checks them)."""
+        ...
+
+    def split_key(self, key: bytes) -> tuple[bytes, int]:
+        """Return the work item and record key of ``key``.
+
+        Raises:
+            InvalidArgumentError: ``key`` is not a key of the reader.
+        """
+        ...
+
+    def split_keys(self, keys: list[bytes]) -> tuple[list[bytes], list[int], list[int]]:
+        """:meth:`split_key` in bulk: the distinct work items (in the order first seen), the
+        index of each key's work item among them, and each key's record key.
+
+        Raises:
+            InvalidArgumentError: a key is not a key of the reader.
+        """
+        ...
+
+    def checksums(self, values: Sequence[bytes]) -> np.ndarray[tuple[int], np.dtype[np.uint32]]:
+        """Return the checksum of each value, as :meth:`reread` checks them."""
+        ...
+
+    async def reread(
+        self,
+        works: Sequence[bytes],
+        work_index: np.ndarray[tuple[int], np.dtype[np.uint32]],
+        records: np.ndarray[tuple[int], np.dtype[np.int64]],
+        crcs: np.ndarray[tuple[int], np.dtype[np.uint32]],
+    ) -> tuple[list[bytes], list[bytes]]:
+        """Read the referenced records again; return their keys and values, in order.
+
+        Reference ``i`` is record ``records[i]`` of work item ``works[work_index[i]]``,
+        whose value had checksum ``crcs[i]``.
+
+        Raises:
+            NotFoundError: a file is gone.
+            DataLossError: a record is corrupt, missing, or differs from its checksum.
+        """
+        ...
+
+
+@runtime_checkable
+class RereadableReader(Protocol):
+    """A reader as :class:`RecordRefs` takes it: one that may be able to read its records
+    again from their keys."""
+
+    def _record_source(self) -> RecordSource | None:
+        """Return what reads this reader's records again, or ``None`` when it cannot."""
+        ...
+
 
 #: What ``record_refs=`` accepts: a :class:`RecordRefs`, or a reader (components 0 and 1).
-RecordRefsArg: TypeAlias = "RecordRefs | ReaderBase | None"
+RecordRefsArg: TypeAlias = "RecordRefs | RereadableReader | None"
 
 
 class RecordRefs:
@@ -54,14 +135,13 @@ class RecordRefs:
     """
 
     __module__ = "asyncreader"
-    __slots__ = ("key", "reader", "value")
+    __slots__ = ("_source", "key", "reader", "value")
 
-    def __init__(self, reader: ReaderBase, key: int | str = 0, value: int | str = 1) -> None:
-        from .._readers.base import ReaderBase
-
-        if not isinstance(reader, ReaderBase):
+    def __init__(self, reader: RereadableReader, key: int | str = 0, value: int | str = 1) -> None:
+        if not isinstance(reader, RereadableReader):
             raise InvalidArgumentError(f"RecordRefs needs a reader, not {type(reader).__name__}")
-        if not reader._rereadable:
+        source = reader._record_source()
+        if source is None:
             raise InvalidArgumentError(
                 f"{type(reader).__name__} cannot read a record again from its key; "
                 "record_refs needs a built-in reader (its records are saved as payloads)"
@@ -78,6 +158,7 @@ class RecordRefs:
         self.reader = reader
         self.key = key
         self.value = value
+        self._source = source
 
     def __repr__(self) -> str:
         return f"RecordRefs({self.reader!r}, key={self.key!r}, value={self.value!r})"
@@ -106,10 +187,10 @@ class RefLayout:
         InvalidArgumentError: a component does not exist, or is not a scalar string.
     """
 
-    __slots__ = ("_key", "_queue", "_reader", "_typed", "_value")
+    __slots__ = ("_key", "_queue", "_source", "_typed", "_value")
 
     def __init__(self, refs: RecordRefs, codec: TypedCodec | UntypedCodec, queue: str) -> None:
-        self._reader = refs.reader
+        self._source = refs._source
         self._queue = queue
         self._typed = codec.typed
         self._key: Any = refs.key
@@ -146,10 +227,9 @@ class RefLayout:
 
     def header(self) -> dict[str, Any]:
         """Return what a restoring queue checks its own layout against."""
-        config = {k: v for k, v in self._reader._shared_config().items() if k != "name"}
         return {
-            "reader": type(self._reader).__name__,
-            "config": repr(sorted(config.items())),
+            "reader": self._source.kind,
+            "config": repr(sorted(self._source.config().items())),
             "key": self._key,
             "value": self._value,
         }
@@ -177,8 +257,6 @@ class RefLayout:
             InvalidArgumentError: an element's key is not a key of the reader, or its
                 value is not ``bytes``.
         """
-        from .._readers.reread import checksums
-
         keys, values, rest = self._split(snapshot)
         if not all(type(value) is bytes for value in values):
             i, value = next((i, v) for i, v in enumerate(values) if type(v) is not bytes)
@@ -194,7 +272,7 @@ class RefLayout:
                 f"{type(key).__name__} as its key component {self._key!r}, not a reader key"
             )
         try:
-            works, index, records = self._reader._split_keys(keys)
+            works, index, records = self._source.split_keys(keys)
         except InvalidArgumentError:
             self._name_bad_key(keys)
             raise
@@ -202,7 +280,7 @@ class RefLayout:
             "works": works,
             "work": np.array(index, dtype=np.uint32),
             "record": np.array(records, dtype=np.int64),
-            "crc32c": checksums(values),
+            "crc32c": self._source.checksums(values),
             "rest": rest,
         }
 
@@ -210,7 +288,7 @@ class RefLayout:
         """Raise the error of the first key the reader did not make, naming its element."""
         for i, key in enumerate(keys):
             try:
-                self._reader._split_key(key)
+                self._source.split_key(key)
             except InvalidArgumentError as exc:
                 exc.add_note(f"element {i} of queue '{self._queue}' (record_refs)")
                 raise
@@ -250,8 +328,6 @@ class RefLayout:
             NotFoundError: a file is gone.
             DataLossError: a record is corrupt, missing or changed since the checkpoint.
         """
-        from .._readers.reread import reread
-
         works: dict[bytes, int] = {}
         parts: list[tuple[np.ndarray[Any, Any], ...]] = []
         try:
@@ -276,8 +352,7 @@ class RefLayout:
         if checkpointer is not None:  # an unsigned restore reads only its producers' files
             checkpointer.check_work_items(works, f"queue '{self._queue}' (record_refs)")
         if parts:
-            keys, values = await reread(
-                self._reader,
+            keys, values = await self._source.reread(
                 list(works),
                 np.concatenate([p[0] for p in parts]),
                 np.concatenate([p[1] for p in parts]),

@@ -61,6 +61,7 @@ from .._io.executor import IoCall, run_io_abandoning
 from .._runtime.checkpoint import check_taken_work
 from .._runtime.resources import SharedResource
 from .._yields import yield_budget
+from .reread import ReaderRecords
 from .state import (
     ReaderState,
     c_escape,
@@ -386,6 +387,11 @@ class ReaderBase(SharedResource, ABC):
         """
         raise NotImplementedError
 
+    def _record_source(self) -> ReaderRecords | None:
+        """Return what reads this reader's records again from their keys, or ``None`` when
+        it cannot (the ``RereadableReader`` protocol of :class:`~asyncreader.RecordRefs`)."""
+        return ReaderRecords(self) if self._rereadable else None
+
     # -- identity ------------------------------------------------------------------------
 
     @property
@@ -424,6 +430,15 @@ class ReaderBase(SharedResource, ABC):
             abandoned_threads=int(self._pending is not None and self._pending.call.running),
             abandoned_total=self._abandoned_total,
         )
+
+    def _stage_counts(self) -> tuple[int, int]:
+        """Return how many reads wait for a work item and how many are reading: the reads
+        that went past the buffered fast path, each in a cancel scope of the reader
+        (waiting for its lock or running). The runtime's stage protocol (pipeline stage
+        statistics)."""
+        active = len(self._scopes)
+        waiting_for_work = active if self._finished >= self._started else 0
+        return waiting_for_work, active - waiting_for_work
 
     @property
     def on_error(self) -> ErrorPolicy:

@@ -15,6 +15,10 @@ record wanted.
 
 A re-read blocked for good (a stalled mount, a named pipe) does not hold up the session:
 a cancellation abandons its thread, which closes the file when it returns.
+
+:class:`ReaderRecords` is what a built-in reader's ``_record_source()`` returns: the
+:class:`~asyncreader._queues.record_refs.RecordSource` through which queues split its keys
+and read its records again, without knowing readers.
 """
 
 from __future__ import annotations
@@ -34,7 +38,7 @@ if TYPE_CHECKING:
 
     from .base import ReaderBase
 
-__all__ = ["checksums", "reread"]
+__all__ = ["ReaderRecords", "checksums", "reread"]
 
 
 def checksums(values: Sequence[bytes]) -> np.ndarray[tuple[int], np.dtype[np.uint32]]:
@@ -117,3 +121,45 @@ def _reread_checked(
             record=int(records[changed[0]]),
         )
     return out
+
+
+class ReaderRecords:
+    """A reader's records as a :class:`~asyncreader._queues.record_refs.RecordSource`:
+    its keys split and its records read again by :func:`reread`, through the reader's
+    key scheme and ``_reread``."""
+
+    __slots__ = ("_reader",)
+
+    def __init__(self, reader: ReaderBase) -> None:
+        self._reader = reader
+
+    @property
+    def kind(self) -> str:
+        """The reader's class name."""
+        return type(self._reader).__name__
+
+    def config(self) -> dict[str, object]:
+        """The reader's arguments, without its name (which does not change its records)."""
+        return {k: v for k, v in self._reader._shared_config().items() if k != "name"}
+
+    def split_key(self, key: bytes) -> tuple[bytes, int]:
+        """Return the work item and record key of ``key`` (see ``ReaderBase._split_key``)."""
+        return self._reader._split_key(key)
+
+    def split_keys(self, keys: list[bytes]) -> tuple[list[bytes], list[int], list[int]]:
+        """:meth:`split_key` in bulk (see ``ReaderBase._split_keys``)."""
+        return self._reader._split_keys(keys)
+
+    def checksums(self, values: Sequence[bytes]) -> np.ndarray[tuple[int], np.dtype[np.uint32]]:
+        """Return the CRC32C of each value (see :func:`checksums`)."""
+        return checksums(values)
+
+    async def reread(
+        self,
+        works: Sequence[bytes],
+        work_index: np.ndarray[tuple[int], np.dtype[np.uint32]],
+        records: np.ndarray[tuple[int], np.dtype[np.int64]],
+        crcs: np.ndarray[tuple[int], np.dtype[np.uint32]],
+    ) -> tuple[list[bytes], list[bytes]]:
+        """Read the referenced records again (see :func:`reread`)."""
+        return await reread(self._reader, works, work_index, records, crcs)
