@@ -18,7 +18,7 @@ compressed file: the cost is decompressing the file up to the point once), then 
 delivered records.
 
 Keys: one precomputed ``%`` format per work item; consecutive keys (line numbers, record
-indices) are built a thousand at a time by :func:`~asyncreader._readers.base.range_keys`.
+indices) are built a thousand at a time by :func:`~asyncreader._readers.keys.range_keys`.
 """
 
 from __future__ import annotations
@@ -29,7 +29,8 @@ from typing import TYPE_CHECKING, ClassVar, Final
 
 from .._errors import AsyncReaderError, DataLossError, InvalidArgumentError
 from .._io.filesystem import READ_BLOCK, open_work_item
-from .base import Chunk, ReaderBase, bulk_keys, key_format, range_keys
+from .base import Chunk, ReaderBase
+from .keys import bulk_keys, key_format, range_keys
 
 if TYPE_CHECKING:
     from .._error_policy import OnError

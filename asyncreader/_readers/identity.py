@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from .base import ReaderBase, WorkItemKeys
+from .base import ReaderBase
+from .keys import WorkItemKeys
 
 __all__ = ["IdentityReader"]
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, ClassVar
 
 from .._io.filesystem import READ_BLOCK, open_work_item, read_whole
-from .base import ReaderBase, WorkItemKeys
+from .base import ReaderBase
+from .keys import WorkItemKeys
 
 if TYPE_CHECKING:
     from .._io.filesystem import RandomAccessFile

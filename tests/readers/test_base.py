@@ -12,7 +12,7 @@ import pytest
 from queue_util import work_queue
 
 import asyncreader as ar
-from asyncreader._readers.base import bulk_keys, range_keys
+from asyncreader._readers.keys import bulk_keys, range_keys
 
 pytestmark = pytest.mark.anyio
 
