@@ -26,11 +26,12 @@ the buffer, undelivered; an error is raised), so nothing is lost or delivered tw
 Closing the reader meanwhile discards the outcome: the thread closes the files it opened
 when it returns.
 
-The built-in file readers use a faster internal path: each executor hop reads a block of
-megabytes and frames it whole, and the parsed records wait in a buffer from which ``read``
+The built-in file readers use a faster internal path (:mod:`~asyncreader._readers.buffered`):
+each executor hop reads a block of megabytes and frames it whole, and the parsed records
+wait in the read-ahead buffer (:mod:`~asyncreader._readers.buffer`), from which ``read``
 and ``read_up_to`` are served on the event loop without a thread hop. Records still in the
 buffer are not yet *produced*: they are not counted, and saved state resumes at the first
-of them.
+of them. Record keys are :mod:`~asyncreader._readers.keys`'s.
 """
 
 from __future__ import annotations
@@ -54,12 +55,12 @@ from .._errors import (
     AsyncReaderError,
     FailedPreconditionError,
     InvalidArgumentError,
-    OutOfRangeError,
 )
 from .._io.executor import IoCall, run_io_abandoning
 from .._runtime.checkpoint import check_taken_work
 from .._runtime.resources import SharedResource
 from .._yields import yield_budget
+from .buffer import ReadAheadBuffer
 from .keys import RecordKeys
 from .reread import ReaderRecords
 from .state import (
@@ -75,7 +76,6 @@ if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
 
 __all__ = [
-    "Chunk",
     "ReadManyResult",
     "ReadOneResult",
     "ReaderBase",
@@ -90,8 +90,6 @@ T = TypeVar("T")
 #: ``read()`` stays in microseconds.
 _YIELD_INTERVAL: Final = 64
 
-#: ``(keys, values, at_end)`` as the internal chunk path returns it.
-Chunk: TypeAlias = tuple[list[bytes], list[bytes], bool]
 #: What ``read_one`` returns: a record, a last record, or ``None`` at the end.
 ReadOneResult: TypeAlias = "tuple[bytes, bytes] | tuple[bytes, bytes, bool] | None"
 #: What ``read_many`` returns: ``(keys, values, at_end)``.
@@ -210,8 +208,6 @@ class ReaderBase(RecordKeys, SharedResource, ABC):
     _checkpoint_kind: ClassVar[str] = "reader"
     #: Whether states use TensorFlow's ``ReaderBaseState`` bytes (no work in progress).
     _tf_state: ClassVar[bool] = False
-    #: Whether the class fills a record buffer through :meth:`_fill` (built-in readers).
-    _chunked: ClassVar[bool] = False
     _async_hooks: ClassVar[frozenset[str]] = frozenset()
     _has_read_many: ClassVar[bool] = False
     #: Whether :meth:`_reread` can read a record again from its key (built-in readers), so
@@ -257,12 +253,8 @@ class ReaderBase(RecordKeys, SharedResource, ABC):
         self._bytes_read = 0
         self._closed = False
         self._yield_due = yield_budget(_YIELD_INTERVAL)
-        # Read-ahead buffer of the chunked path: records _keys[_pos:] are not delivered.
-        self._keys: list[bytes] = []
-        self._values: list[bytes] = []
-        self._pos = 0
-        self._n = 0
-        self._at_end = False
+        # Records read and not yet delivered (the buffered path's runs, records put back).
+        self._buffer = ReadAheadBuffer()
         # Extra state of a restored, in-progress work item, applied by the next read.
         self._resume: bytes | None = None
         # Hook readers: the hook's extra state from before the records now waiting in the
@@ -321,7 +313,7 @@ class ReaderBase(RecordKeys, SharedResource, ABC):
         work = f" work={self._work!r}" if self._finished < self._started else ""
         return (
             f"<{type(self).__name__} {self._name!r} {state} records={self._produced} "
-            f"work_units={self._finished}/{self._started}{work} buffered={self._n - self._pos}>"
+            f"work_units={self._finished}/{self._started}{work} buffered={self._buffer.waiting}>"
         )
 
     def statistics(self) -> ReaderStatistics:
@@ -333,7 +325,7 @@ class ReaderBase(RecordKeys, SharedResource, ABC):
             bytes_read=self._bytes_read,
             errors=self._errors,
             current_work=self._work if self._finished < self._started else None,
-            buffered=self._n - self._pos,
+            buffered=self._buffer.waiting,
             closed=self._closed,
             errors_skipped=self._skipped,
             abandoned_threads=int(self._pending is not None and self._pending.call.running),
@@ -402,24 +394,17 @@ class ReaderBase(RecordKeys, SharedResource, ABC):
         ``on_work_started`` has reopened the work item that was in progress.
         """
 
-    # -- the internal chunked path (built-in readers) ---------------------------------------
-
-    def _fill(self) -> Chunk:
-        """Read and frame the next chunk of the current work item (on a worker thread)."""
-        raise NotImplementedError
-
-    def _chunk_state(self, skip: int) -> bytes:
-        """Return extra state resuming at the ``skip``-th record of the current chunk."""
-        raise NotImplementedError
-
-    def _before_fill(self) -> None:
-        """Note where the next chunk starts (on the event loop, before :meth:`_fill`)."""
+    # -- files (built-in readers) -----------------------------------------------------------
 
     def _close_files(self) -> None:
         """Close whatever files are open (on a worker thread)."""
 
     def _has_open_files(self) -> bool:
         return False
+
+    def _must_close_files(self) -> bool:
+        """Whether dropping the work item's state must close files (on a worker thread)."""
+        return self._has_open_files()
 
     # -- verbs -------------------------------------------------------------------------------
 
@@ -452,12 +437,13 @@ class ReaderBase(RecordKeys, SharedResource, ABC):
         """
         if self._yield_due():
             await checkpoint()
-        i = self._pos
-        if i < self._n and not self._lock.locked():
+        buffer = self._buffer
+        i = buffer.pos
+        if i < buffer.n and not self._lock.locked():
             # Served from the read-ahead buffer: no lock, no thread hop.
-            self._pos = i + 1
+            buffer.pos = i + 1
             self._produced += 1
-            return self._keys[i], self._values[i]
+            return buffer.keys[i], buffer.values[i]
         return await self._locked(self._read_locked, queue)
 
     async def read_up_to(
@@ -498,14 +484,16 @@ class ReaderBase(RecordKeys, SharedResource, ABC):
         if num_records == 0:
             self._check_open()
             return [], []
-        i = self._pos
-        if self._n - i >= num_records and not self._lock.locked():
+        buffer = self._buffer
+        i = buffer.pos
+        n = buffer.n
+        if n - i >= num_records and not self._lock.locked():
             j = i + num_records
-            self._pos = j
+            buffer.pos = j
             self._produced += num_records
-            if i == 0 and j == self._n:
-                return self._keys, self._values
-            return self._keys[i:j], self._values[i:j]
+            if i == 0 and j == n:
+                return buffer.keys, buffer.values
+            return buffer.keys[i:j], buffer.values[i:j]
         return await self._locked(self._read_up_to_locked, queue, num_records)
 
     async def reset(self) -> None:
@@ -547,16 +535,20 @@ class ReaderBase(RecordKeys, SharedResource, ABC):
             extra = b""
         elif self._resume is not None:
             extra = self._resume
-        elif self._chunked:
-            extra = self._chunk_state(self._pos)
-        elif self._pushback_extra is not None and self._pos < self._n:
-            # Records put back wait in the buffer: resume before them, skipping those
-            # already delivered from it.
-            extra = _SKIP.pack(self._pushback_base + self._pos) + self._pushback_extra
         else:
-            extra = _SKIP.pack(0) + self.serialize_extra()
+            extra = self._position_state()
         state = ReaderState(started, self._finished, self._produced, self._work, extra)
         return encode_native(type(self).__name__, state)
+
+    def _position_state(self) -> bytes:
+        """Return the extra state of the next undelivered record of the work item in
+        progress (a hook reader: records skipped past the hook's own extra state)."""
+        buffer = self._buffer
+        if self._pushback_extra is not None and buffer.pos < buffer.n:
+            # Records put back wait in the buffer: resume before them, skipping those
+            # already delivered from it.
+            return _SKIP.pack(self._pushback_base + buffer.pos) + self._pushback_extra
+        return _SKIP.pack(0) + self.serialize_extra()
 
     def restore_state(self, state: bytes) -> None:
         """Restore the state :meth:`serialize_state` returned.
@@ -685,7 +677,7 @@ class ReaderBase(RecordKeys, SharedResource, ABC):
         if self._closed:
             return
         self._closed = True
-        self._keys, self._values, self._pos, self._n = [], [], 0, 0
+        self._buffer.clear()
         for scope in list(self._scopes):
             scope.cancel()
         with anyio.CancelScope(shield=True):
@@ -766,7 +758,7 @@ class ReaderBase(RecordKeys, SharedResource, ABC):
             if "reset_state" not in self._async_hooks:
                 self.reset_state()
         finally:
-            if self._chunked or self._has_open_files():
+            if self._must_close_files():
                 self._close_files()
 
     async def _resolve_pending(self, *, apply: bool = True) -> None:
@@ -781,8 +773,11 @@ class ReaderBase(RecordKeys, SharedResource, ABC):
             # Dropped, restored since (its state is gone), or nothing to apply.
             self._needs_reset = self._needs_reset or not apply
             return
-        call, info = pending.call, pending.info
-        if pending.kind == "start":
+        await self._apply_pending(pending.kind, pending.call, pending.info)
+
+    async def _apply_pending(self, kind: str, call: IoCall[Any], info: tuple[Any, ...]) -> None:
+        """Apply the outcome of an abandoned hook call of ``kind`` (see :class:`_Pending`)."""
+        if kind == "start":
             try:
                 call.outcome()
             except Exception as exc:
@@ -792,19 +787,10 @@ class ReaderBase(RecordKeys, SharedResource, ABC):
                     return
                 raise
             self._started += 1
-        elif pending.kind == "resume":
+        elif kind == "resume":
             # Stopped part-way: drop what it did; the next read resumes from the start.
             await self._abandon()
-        elif pending.kind == "fill":
-            try:
-                keys, values, at_end = call.outcome()
-            except Exception as exc:
-                await self._fill_failed(exc)
-                return
-            self._buffer_more(keys, values, at_end)
-        elif pending.kind == "skip_bad":
-            await self._after_skip_bad(info[0], call.outcome())
-        elif pending.kind == "records":
+        elif kind == "records":
             hook, n, mark = info
             try:
                 if hook == "read_one":
@@ -818,32 +804,22 @@ class ReaderBase(RecordKeys, SharedResource, ABC):
                 if not self._skip(exc, rest=True):
                     raise
                 keys, values, at_end = [], [], True  # the rest is skipped
-            if self._pos >= self._n:
-                self._reset_buffer()
+            if self._buffer.pos >= self._buffer.n:
+                self._buffer.clear()
                 self._pushback_extra, self._pushback_base = mark
             self._buffer_more(keys, values, at_end)
 
     def _buffer_more(self, keys: list[bytes], values: list[bytes], at_end: bool) -> None:
         """Append records an abandoned call read to the (undelivered) buffer."""
-        i = self._pos
-        if i:
-            # Drop the delivered head of the buffer; saved state still counts it.
-            if self._chunked:
-                self._restart_skip_add(i)
-            else:
-                self._pushback_base += i
-            keys = self._keys[i : self._n] + keys
-            values = self._values[i : self._n] + values
-        elif self._n:
-            keys = self._keys + keys
-            values = self._values + values
-        self._keys, self._values, self._pos, self._n = keys, values, 0, len(keys)
-        self._at_end = at_end
+        dropped = self._buffer.append(keys, values, at_end)
+        if dropped:
+            # The delivered head of the buffer is gone; saved state still counts it.
+            self._drop_delivered(dropped)
 
-    def _restart_skip_add(self, n: int) -> None:
-        """The buffer's first ``n`` records are dropped: move the chunk mark past them."""
-        mark, skip = self._chunk_mark()
-        self._rewind(mark, skip + n)
+    def _drop_delivered(self, n: int) -> None:
+        """The buffer's first ``n`` records, delivered, were dropped: the mark of its first
+        record moves past them."""
+        self._pushback_base += n
 
     async def _drop_work_state(self) -> None:
         """Run ``reset_state`` and close the files: shielded, but never waiting for good."""
@@ -852,7 +828,7 @@ class ReaderBase(RecordKeys, SharedResource, ABC):
             try:
                 await self._call("reset_state")
             finally:
-                if self._pending is None and (self._chunked or self._has_open_files()):
+                if self._pending is None and self._must_close_files():
                     await self._run_blocking(self._close_files)
         if scope.cancelled_caught:
             self._needs_reset = True  # the next operation tries again
@@ -893,7 +869,7 @@ class ReaderBase(RecordKeys, SharedResource, ABC):
             work = _work_bytes(item)
             check_taken_work(queue, work)  # a restored queue's strings may not be trusted
             self._work = work
-            self._reset_buffer()
+            self._buffer.clear()
             try:
                 await self._call("on_work_started", work)
             except BaseException as exc:
@@ -926,23 +902,13 @@ class ReaderBase(RecordKeys, SharedResource, ABC):
             return False
         return True
 
-    def _skip_bad_record(self) -> bool:
-        """After a framing error, restart past the one bad record if its extent is known
-        (on a worker thread); return whether it could (chunked readers)."""
-        return False
-
     async def _resume_work(self) -> None:
         """Reopen a work item restored in progress and seek to the saved position."""
         extra = self._resume
         assert extra is not None
         try:
             await self._call("on_work_started", self._work)
-            if self._chunked:
-                await self._call("restore_extra", extra)
-            else:
-                (skip,) = _SKIP.unpack_from(extra)
-                await self._call("restore_extra", extra[_SKIP.size :])
-                await self._skip_records(skip)
+            await self._restore_position(extra)
         except BaseException as exc:
             if self._note_pending("resume"):
                 raise  # the next read resumes from the same point
@@ -954,6 +920,13 @@ class ReaderBase(RecordKeys, SharedResource, ABC):
             await self._abandon()
             raise
         self._resume = None
+
+    async def _restore_position(self, extra: bytes) -> None:
+        """Seek the reopened work item to the position ``extra`` saved: the hook's own
+        extra state, then records skipped past it."""
+        (skip,) = _SKIP.unpack_from(extra)
+        await self._call("restore_extra", extra[_SKIP.size :])
+        await self._skip_records(skip)
 
     async def _skip_records(self, skip: int) -> None:
         """Read and drop ``skip`` records of the current work item (delivered before the
@@ -976,7 +949,7 @@ class ReaderBase(RecordKeys, SharedResource, ABC):
         await self._drop_work_state()
 
     async def _finish_work(self) -> None:
-        self._reset_buffer()
+        self._buffer.clear()
         # Shielded: once a work item's last record is in hand the file is closed, however
         # the caller is cancelled meanwhile (the hook is short; a thread blocked past the
         # grace period is abandoned and closes the file when it returns).
@@ -998,89 +971,27 @@ class ReaderBase(RecordKeys, SharedResource, ABC):
         ``mark`` is :meth:`_mark` from when the call took its first record: saved state
         then resumes at the first record put back.
         """
-        rest = slice(self._pos, self._n)
-        self._keys = keys + self._keys[rest]
-        self._values = values + self._values[rest]
-        self._pos, self._n = 0, len(self._keys)
+        self._buffer.put_back(keys, values)
         self._produced -= len(keys)
         restart, skip = mark
-        if self._chunked:
-            self._rewind(restart, skip)
-        else:
-            self._pushback_extra, self._pushback_base = restart, skip
+        self._rewind(restart, skip)
 
     def _mark(self) -> tuple[Any, int]:
-        """Where the next record comes from, to put records back to (see :meth:`_put_back`)."""
-        if self._chunked:
-            return self._chunk_mark(), self._pos
-        if self._pos < self._n:
-            return self._pushback_extra, self._pushback_base + self._pos
+        """Where the next record comes from, to put records back to (see :meth:`_put_back`):
+        a hook reader's extra state and how many records past it."""
+        buffer = self._buffer
+        if buffer.pos < buffer.n:
+            return self._pushback_extra, self._pushback_base + buffer.pos
         in_progress = self._finished < self._started
         return (self.serialize_extra() if in_progress else None), 0
 
     def _start_state(self) -> bytes:
         """Return the extra state of the current work item's first record."""
-        if self._chunked:
-            raise NotImplementedError
         return _SKIP.pack(0) + self.serialize_extra()
 
-    def _chunk_mark(self) -> Any:
-        """Return the restart point of the current chunk (chunked readers)."""
-        raise NotImplementedError
-
     def _rewind(self, mark: Any, skip: int) -> None:
-        """Make saved state restart at ``mark``, ``skip`` records on (chunked readers)."""
-        raise NotImplementedError
-
-    def _reset_buffer(self) -> None:
-        self._keys, self._values, self._pos, self._n = [], [], 0, 0
-        self._at_end = False
-
-    async def _refill(self) -> None:
-        """Replace the (exhausted) buffer with the next chunk of the current work item."""
-        self._reset_buffer()
-        self._before_fill()
-        try:
-            keys, values, at_end = await self._run_blocking(self._fill)
-        except Exception as exc:
-            await self._fill_failed(exc)
-            return
-        except BaseException:
-            self._note_pending("fill")
-            raise
-        self._keys, self._values, self._n = keys, values, len(keys)
-        self._at_end = at_end
-
-    async def _fill_failed(self, exc: Exception) -> None:
-        """Handle an error of :meth:`_fill`: skip what the policy allows, else raise."""
-        if isinstance(exc, OutOfRangeError):
-            # A file too short for its header: skipped as if it had never started (Q4).
-            self._errors += 1
-            self._started = self._finished
-            await self._abandon()
-            if self._skip(exc, rest=True):
-                return
-            raise exc
-        if not isinstance(exc, AsyncReaderError):
-            raise exc
-        self._errors += 1
-        if not self._policy.skip:
-            raise exc
-        try:
-            skipped = await self._run_blocking(self._skip_bad_record)
-        except BaseException:
-            self._note_pending("skip_bad", exc)
-            raise
-        await self._after_skip_bad(exc, skipped)
-
-    async def _after_skip_bad(self, exc: AsyncReaderError, skipped: bool) -> None:
-        if skipped:
-            if self._skip(exc, rest=False):
-                return  # the next refill reads on after the bad record
-        elif self._skip(exc, rest=True):
-            self._at_end = True  # the rest of the work item is lost
-            return
-        raise exc
+        """Make saved state restart at ``mark``, ``skip`` records on (from :meth:`_mark`)."""
+        self._pushback_extra, self._pushback_base = mark, skip
 
     def _contract_error(self, hook: str, result: object) -> AsyncReaderError:
         return AsyncReaderError(
@@ -1120,77 +1031,81 @@ class ReaderBase(RecordKeys, SharedResource, ABC):
 
     async def _read_locked(self, queue: WorkQueue) -> tuple[bytes, bytes]:
         self._raise_deferred()
+        buffer = self._buffer
         while True:
-            i = self._pos
-            if i < self._n:
+            i = buffer.pos
+            if i < buffer.n:
                 # The read-ahead buffer, or records a cancelled call put back.
-                self._pos = i + 1
+                buffer.pos = i + 1
                 self._produced += 1
-                return self._keys[i], self._values[i]
+                return buffer.keys[i], buffer.values[i]
             if self._finished >= self._started:
                 await self._take_work(queue)
             elif self._resume is not None:
                 await self._resume_work()
-            if self._chunked:
-                if self._pos < self._n:
-                    continue
-                if self._at_end:
-                    await self._finish_work()
-                else:
-                    await self._refill()
+            if buffer.pos < buffer.n:
                 continue
-            if self._at_end:
-                await self._finish_work()  # records an abandoned call read ended the item
-                continue
-            mark = self._mark()
-            try:
-                key, value, at_end = await self._read_one_hook()
-            except BaseException as exc:
-                if self._note_pending("records", "read_one", 1, mark) or not isinstance(
-                    exc, AsyncReaderError
-                ):
-                    raise
-
-                if not self._skip(exc, rest=True):
-                    raise
-                key = value = None  # the rest of the work item is skipped
-            if key is None or value is None:
+            if buffer.at_end:
+                # The last run, or the records an abandoned call read, ended the item.
                 await self._finish_work()
                 continue
-            self._produced += 1
-            try:
-                # Never hand a record to a caller being cancelled: it would be lost.
-                await checkpoint_if_cancelled()
-            except BaseException:
-                self._put_back([key], [value], mark)
+            record = await self._read_on()
+            if record is not None:
+                return record
+
+    async def _read_on(self) -> tuple[bytes, bytes] | None:
+        """Read on in the current work item for :meth:`read`: return the next record, or
+        ``None`` when there is none to return yet (the work item ended)."""
+        mark = self._mark()
+        try:
+            key, value, at_end = await self._read_one_hook()
+        except BaseException as exc:
+            if self._note_pending("records", "read_one", 1, mark) or not isinstance(
+                exc, AsyncReaderError
+            ):
                 raise
-            if at_end:
-                try:
-                    await self._finish_work()
-                except Exception as exc:
-                    self._deferred = exc
-            return key, value
+
+            if not self._skip(exc, rest=True):
+                raise
+            key = value = None  # the rest of the work item is skipped
+        if key is None or value is None:
+            await self._finish_work()
+            return None
+        self._produced += 1
+        try:
+            # Never hand a record to a caller being cancelled: it would be lost.
+            await checkpoint_if_cancelled()
+        except BaseException:
+            self._put_back([key], [value], mark)
+            raise
+        if at_end:
+            try:
+                await self._finish_work()
+            except Exception as exc:
+                self._deferred = exc
+        return key, value
 
     async def _read_up_to_locked(self, queue: WorkQueue, n: int) -> tuple[list[bytes], list[bytes]]:
         keys: list[bytes] = []
         values: list[bytes] = []
         mark: tuple[Any, int] = (None, 0)
         self._raise_deferred()
+        buffer = self._buffer
         try:
             while len(keys) < n:
-                i = self._pos
-                avail = self._n - i
+                i = buffer.pos
+                avail = buffer.n - i
                 if avail:
                     # The read-ahead buffer, or records a cancelled call put back.
                     if not keys:
                         mark = self._mark()
                     take = min(avail, n - len(keys))
-                    if not keys and take == self._n:
-                        keys, values = self._keys, self._values
+                    if not keys and take == buffer.n:
+                        keys, values = buffer.keys, buffer.values
                     else:
-                        keys += self._keys[i : i + take]
-                        values += self._values[i : i + take]
-                    self._pos = i + take
+                        keys += buffer.keys[i : i + take]
+                        values += buffer.values[i : i + take]
+                    buffer.pos = i + take
                     self._produced += take
                     continue
                 if self._finished >= self._started:
@@ -1200,37 +1115,22 @@ class ReaderBase(RecordKeys, SharedResource, ABC):
                     await self._take_work(queue)
                 elif self._resume is not None:
                     await self._resume_work()
-                if self._chunked and self._pos < self._n:
+                if buffer.pos < buffer.n:
                     continue
-                if self._at_end:
-                    # The last chunk, or the records an abandoned call read, ended the item.
+                if buffer.at_end:
+                    # The last run, or the records an abandoned call read, ended the item.
                     if keys:
                         await checkpoint_if_cancelled()
                     await self._finish_work()
                     if keys:
                         return keys, values
                     continue
-                if self._chunked:
-                    await self._refill()
-                    continue
                 if not keys:
                     mark = self._mark()
-                hook_mark = (mark[0], mark[1] + len(keys))
-                try:
-                    if self._has_read_many:
-                        got_k, got_v, at_end = await self._read_many_hook(n - len(keys))
-                    else:
-                        key, value, at_end = await self._read_one_hook()
-                        got_k = [] if key is None else [key]
-                        got_v = [] if value is None else [value]
-                except BaseException as exc:
-                    hook = "read_many" if self._has_read_many else "read_one"
-                    n_asked = n - len(keys)
-                    if self._note_pending("records", hook, n_asked, hook_mark):
-                        raise
-                    if not isinstance(exc, AsyncReaderError) or not self._skip(exc, rest=True):
-                        raise
-                    got_k, got_v, at_end = [], [], True  # the rest is skipped
+                more = await self._read_on_many(n - len(keys), (mark[0], mark[1] + len(keys)))
+                if more is None:
+                    continue
+                got_k, got_v, at_end = more
                 self._produced += len(got_k)
                 keys += got_k
                 values += got_v
@@ -1254,6 +1154,26 @@ class ReaderBase(RecordKeys, SharedResource, ABC):
                 self._put_back(keys, values, mark)
             raise
         return keys, values
+
+    async def _read_on_many(self, n: int, mark: tuple[Any, int]) -> ReadManyResult | None:
+        """Read on in the current work item for :meth:`read_up_to`: return up to ``n``
+        records, ``(keys, values, at_end)``, or ``None`` when the records went to the
+        read-ahead buffer instead. ``mark`` is where the first of them starts."""
+        try:
+            if self._has_read_many:
+                got_k, got_v, at_end = await self._read_many_hook(n)
+            else:
+                key, value, at_end = await self._read_one_hook()
+                got_k = [] if key is None else [key]
+                got_v = [] if value is None else [value]
+        except BaseException as exc:
+            hook = "read_many" if self._has_read_many else "read_one"
+            if self._note_pending("records", hook, n, mark):
+                raise
+            if not isinstance(exc, AsyncReaderError) or not self._skip(exc, rest=True):
+                raise
+            got_k, got_v, at_end = [], [], True  # the rest is skipped
+        return got_k, got_v, at_end
 
     async def _read_many_hook(self, n: int) -> tuple[list[bytes], list[bytes], bool]:
         try:
@@ -1288,7 +1208,7 @@ class ReaderBase(RecordKeys, SharedResource, ABC):
         self._work = b""
         self._resume = None
         self._epoch += 1
-        self._reset_buffer()
+        self._buffer.clear()
 
 
 @dataclasses.dataclass(slots=True)
@@ -1296,7 +1216,7 @@ class _Pending:
     """A hook call a cancelled operation abandoned (see ``ReaderBase._run_blocking``).
 
     ``kind`` says how the next operation applies its outcome: ``"start"`` (the work item
-    just dequeued was being opened), ``"resume"``, ``"fill"`` (a chunk),
+    just dequeued was being opened), ``"resume"``, ``"fill"`` (a record run),
     ``"skip_bad"`` (``info``: the framing error), ``"records"`` (``info``: the hook, how
     many records were asked for, and the mark of the first); ``None``: nothing to apply.
     """

@@ -1,4 +1,4 @@
-"""The chunked file reader behind TextLine, FixedLength and TFRecord readers.
+"""The framed file reader behind TextLine, FixedLength and TFRecord readers.
 
 Files are read in blocks of :data:`~asyncreader._io.filesystem.READ_BLOCK` bytes on the I/O
 executor and framed by a sans-I/O framer (:mod:`asyncreader._records`); each hop also builds
@@ -10,9 +10,9 @@ time the event loop hands them out, which measured twice as slow as framing a bl
 cache-sized pieces. The piece size follows the records seen so far, so files of large
 records are still framed a whole block per hop.
 
-State: before each chunk the reader notes the framer's restart point (stream position and
-key of the chunk's first record). Saved state is that point plus how many records of the
-chunk were already delivered; restoring reopens the file, seeks to the point (an
+State: before each record run the reader notes the framer's restart point (stream position
+and key of the run's first record). Saved state is that point plus how many records of the
+run were already delivered; restoring reopens the file, seeks to the point (an
 uncompressed file) or inflates it again from the start and discards the bytes before it (a
 compressed file: the cost is decompressing the file up to the point once), then skips the
 delivered records.
@@ -29,13 +29,14 @@ from typing import TYPE_CHECKING, ClassVar, Final
 
 from .._errors import AsyncReaderError, DataLossError, InvalidArgumentError
 from .._io.filesystem import READ_BLOCK, open_work_item
-from .base import Chunk, ReaderBase
+from .buffered import BufferedReader
 from .keys import bulk_keys, key_format, range_keys
 
 if TYPE_CHECKING:
     from .._error_policy import OnError
     from .._io.filesystem import RandomAccessFile
     from .._records.framer import Framer
+    from .buffer import RecordRun
 
 __all__ = ["HOP_RECORDS", "FramedReader"]
 
@@ -51,13 +52,12 @@ _FIRST_PIECE: Final = 256 << 10
 _REREAD_PIECE: Final = 64 << 10
 
 
-class FramedReader(ReaderBase):
-    """A reader that frames its work items' bytes in large chunks (internal base)."""
+class FramedReader(BufferedReader):
+    """A reader that frames its work items' bytes in large record runs (internal base)."""
 
-    _chunked: ClassVar[bool] = True
     #: Key of a file's first record.
     _first_key: ClassVar[int] = 0
-    #: Whether a chunk's keys are consecutive integers (line numbers, record indices).
+    #: Whether a run's keys are consecutive integers (line numbers, record indices).
     _consecutive_keys: ClassVar[bool] = False
 
     def __init__(self, name: str | None = None, *, on_error: OnError = None) -> None:
@@ -256,7 +256,7 @@ class FramedReader(ReaderBase):
             self._restart = (framer.position, framer.next_key)
         self._restart_skip = self._skip_pending
 
-    def _chunk_mark(self) -> tuple[tuple[int, int], int]:
+    def _run_mark(self) -> tuple[tuple[int, int], int]:
         return self._restart, self._restart_skip
 
     def _rewind(self, mark: tuple[tuple[int, int], int], skip: int) -> None:
@@ -266,7 +266,7 @@ class FramedReader(ReaderBase):
     def _start_state(self) -> bytes:
         return _RESTART.pack(0, self._first_key, 0) + self._config_bytes()
 
-    def _chunk_state(self, skip: int) -> bytes:
+    def _run_state(self, skip: int) -> bytes:
         position, key = self._restart
         return _RESTART.pack(position, key, self._restart_skip + skip) + self._config_bytes()
 
@@ -282,7 +282,7 @@ class FramedReader(ReaderBase):
 
     # -- reading ---------------------------------------------------------------------------
 
-    def _fill(self) -> Chunk:
+    def _fill(self) -> RecordRun:
         framer = self._framer
         assert framer is not None
         while True:

@@ -2,7 +2,7 @@
 
 A built-in reader's key is ``b"<work item>:<record key>"`` (SPEC §3.7), the record key a
 line number, record index or byte offset in decimal; WholeFileReader and IdentityReader
-use the work item itself. Keys are made in bulk, a chunk's worth at a time
+use the work item itself. Keys are made in bulk, a record run at a time
 (:func:`bulk_keys`, :func:`range_keys`), and split in bulk when a checkpoint saves queued
 records as references (:class:`RecordKeys`, :class:`WorkItemKeys`).
 """
@@ -23,7 +23,7 @@ def key_format(prefix: bytes) -> bytes:
 
 
 def bulk_keys(prefix: bytes, ints: list[int], *, fmt: bytes | None = None) -> list[bytes]:
-    """Return ``[prefix + b"%d" % k for k in ints]``: the keys of one chunk, in one pass.
+    """Return ``[prefix + b"%d" % k for k in ints]``: the keys of one record run, in one pass.
 
     ``fmt`` is :func:`key_format` of ``prefix``, when the caller keeps it. One precomputed
     format per key measured fastest for arbitrary integers (about 110 ns a key, against

@@ -1,6 +1,6 @@
 """A reader's verbs cancelled part-way must not lose records they already took.
 
-These cover ``ReaderBase`` (asyncreader/_readers/base.py) and a chunked reader: each test
+These cover ``ReaderBase`` (asyncreader/_readers/base.py) and a buffered reader: each test
 cancels a read part-way (while a reader hook waits, or between the refills of one
 ``read_up_to``) and checks that every record is delivered exactly once, and that a state
 saved afterwards resumes after exactly the records delivered.
@@ -150,7 +150,7 @@ async def test_state_saved_after_a_cancelled_read_up_to_resumes_at_the_records_p
 
 
 @pytest.mark.parametrize("cancel_after", [1, 3, 7])
-async def test_chunked_reader_cancelled_across_refills_loses_nothing_and_resumes_exactly(
+async def test_buffered_reader_cancelled_across_refills_loses_nothing_and_resumes_exactly(
     tmp_path: Any, monkeypatch: pytest.MonkeyPatch, cancel_after: int
 ) -> None:
     # Small read blocks: one read_up_to spans many refills, each a cancellation point.
