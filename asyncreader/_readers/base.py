@@ -41,7 +41,6 @@ import dataclasses
 import functools
 import inspect
 import os
-import struct
 import warnings
 from abc import ABC
 from typing import TYPE_CHECKING, Any, ClassVar, Final, Protocol, Self, TypeAlias, TypeVar
@@ -64,12 +63,14 @@ from .buffer import ReadAheadBuffer
 from .keys import RecordKeys
 from .reread import ReaderRecords
 from .state import (
+    SKIP,
     ReaderState,
-    c_escape,
-    decode_native,
-    decode_tf_proto,
+    check_skip,
     encode_native,
     encode_tf_proto,
+    from_checkpoint,
+    in_progress_tree,
+    parse_state,
 )
 
 if TYPE_CHECKING:
@@ -101,13 +102,6 @@ _SHIELD_GRACE: Final = 2.0
 
 #: How long closing a reader waits for a hook thread a cancelled call abandoned.
 _CLOSE_GRACE: Final = 0.5
-
-#: Records a hook reader's saved position is ahead of the state's next record: the prefix
-#: of a hook reader's extra state (see ``serialize_state``).
-_SKIP: Final = struct.Struct("<q")
-#: How a session checkpoint holds the state of a reader with TensorFlow's state format whose
-#: work item is in progress: ``{_IN_PROGRESS: state in asyncreader's format}``.
-_IN_PROGRESS: Final = "in_progress"
 
 _HOOKS: Final = (
     "on_work_started",
@@ -547,8 +541,8 @@ class ReaderBase(RecordKeys, SharedResource, ABC):
         if self._pushback_extra is not None and buffer.pos < buffer.n:
             # Records put back wait in the buffer: resume before them, skipping those
             # already delivered from it.
-            return _SKIP.pack(self._pushback_base + buffer.pos) + self._pushback_extra
-        return _SKIP.pack(0) + self.serialize_extra()
+            return SKIP.pack(self._pushback_base + buffer.pos) + self._pushback_extra
+        return SKIP.pack(0) + self.serialize_extra()
 
     def restore_state(self, state: bytes) -> None:
         """Restore the state :meth:`serialize_state` returned.
@@ -603,12 +597,12 @@ class ReaderBase(RecordKeys, SharedResource, ABC):
             # one): a session checkpoint saves it in asyncreader's format, so that the
             # restored reader retries that item instead of losing it.
             self._check_open()
-            return {_IN_PROGRESS: self._native_state()}
+            return in_progress_tree(self._native_state())
         return self.serialize_state()
 
     def _checkpoint_restore(self, tree: Any) -> None:
-        native = self._is_native_tree(tree)
-        self._restore(tree[_IN_PROGRESS] if native else tree, native=native)
+        data, native = from_checkpoint(tree, tf_state=self._tf_state)
+        self._restore(data, native=native)
 
     def _checkpoint_work(self, tree: Any) -> bytes:
         """Return the work item a session checkpoint's tree would make the reader read.
@@ -616,14 +610,10 @@ class ReaderBase(RecordKeys, SharedResource, ABC):
         Raises:
             InvalidArgumentError: the tree is not a state of this reader.
         """
-        native = self._is_native_tree(tree)
-        data = tree[_IN_PROGRESS] if native else tree
+        data, native = from_checkpoint(tree, tf_state=self._tf_state)
         if not isinstance(data, bytes):
             raise InvalidArgumentError(f"Reader state must be bytes, not {type(data).__name__}")
         return self._parse_state(data, native=native).current_work
-
-    def _is_native_tree(self, tree: Any) -> bool:
-        return self._tf_state and isinstance(tree, dict) and set(tree) == {_IN_PROGRESS}
 
     def _opening(self) -> bool:
         """Whether an abandoned call still opens the work item just dequeued."""
@@ -631,40 +621,17 @@ class ReaderBase(RecordKeys, SharedResource, ABC):
         return pending is not None and pending.kind == "start" and pending.epoch == self._epoch
 
     def _parse_state(self, data: bytes, *, native: bool = False) -> ReaderState:
-        if self._tf_state and not native:
-            try:
-                parsed = decode_tf_proto(data)
-            except ValueError:
-                raise InvalidArgumentError(
-                    f"Could not parse state for {self.display_name}: {c_escape(data)}"
-                ) from None
-        else:
-            try:
-                parsed = decode_native(type(self).__name__, data)
-            except InvalidArgumentError as exc:
-                raise InvalidArgumentError(
-                    f"Could not parse state for {self.display_name}: {exc.message}"
-                ) from None
-        if min(parsed.work_started, parsed.work_finished, parsed.num_records_produced) < 0:
-            raise InvalidArgumentError(
-                f"Unexpected negative value when restoring in {self.display_name}: "
-                f"{parsed.debug_string()}"
-            )
-        if parsed.work_started < parsed.work_finished or (
-            self._tf_state and not native and parsed.work_started > parsed.work_finished
-        ):
-            raise InvalidArgumentError(
-                "Inconsistent work started vs. finished when restoring in "
-                f"{self.display_name}: {parsed.debug_string()}"
-            )
-        if parsed.work_started > parsed.work_finished:
-            self._check_extra(parsed.extra)
-        return parsed
+        return parse_state(
+            data,
+            kind=type(self).__name__,
+            reader=self.display_name,
+            tf_format=self._tf_state and not native,
+            check_extra=self._check_extra,
+        )
 
     def _check_extra(self, extra: bytes) -> None:
         """Validate the extra state of a restored in-progress work item (on the loop)."""
-        if len(extra) < _SKIP.size or _SKIP.unpack_from(extra)[0] < 0:
-            raise InvalidArgumentError("reader state has a malformed position")
+        check_skip(extra)
 
     # -- resource lifecycle -------------------------------------------------------------------
 
@@ -924,8 +891,8 @@ class ReaderBase(RecordKeys, SharedResource, ABC):
     async def _restore_position(self, extra: bytes) -> None:
         """Seek the reopened work item to the position ``extra`` saved: the hook's own
         extra state, then records skipped past it."""
-        (skip,) = _SKIP.unpack_from(extra)
-        await self._call("restore_extra", extra[_SKIP.size :])
+        (skip,) = SKIP.unpack_from(extra)
+        await self._call("restore_extra", extra[SKIP.size :])
         await self._skip_records(skip)
 
     async def _skip_records(self, skip: int) -> None:
@@ -987,7 +954,7 @@ class ReaderBase(RecordKeys, SharedResource, ABC):
 
     def _start_state(self) -> bytes:
         """Return the extra state of the current work item's first record."""
-        return _SKIP.pack(0) + self.serialize_extra()
+        return SKIP.pack(0) + self.serialize_extra()
 
     def _rewind(self, mark: Any, skip: int) -> None:
         """Make saved state restart at ``mark``, ``skip`` records on (from :meth:`_mark`)."""

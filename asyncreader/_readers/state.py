@@ -20,26 +20,40 @@ file::
 
 All integers are little-endian. The checksum makes damaged state fail cleanly instead of
 resuming at a wrong place.
+
+:func:`parse_state` checks parsed state as a restore needs it (counters, the kind of
+reader, the extra state of a work item in progress); :func:`in_progress_tree` and
+:func:`from_checkpoint` are how a session checkpoint holds the state of a reader with
+TensorFlow's format whose work item is in progress.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import struct
-from typing import Final
+from typing import TYPE_CHECKING, Any, Final
 
 from .._errors import InvalidArgumentError
 from .._io.crc import crc32c
 
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
 __all__ = [
+    "IN_PROGRESS",
     "MAGIC",
+    "SKIP",
     "VERSION",
     "ReaderState",
     "c_escape",
+    "check_skip",
     "decode_native",
     "decode_tf_proto",
     "encode_native",
     "encode_tf_proto",
+    "from_checkpoint",
+    "in_progress_tree",
+    "parse_state",
 ]
 
 MAGIC: Final = b"ARRS"
@@ -47,6 +61,13 @@ VERSION: Final = 1
 _COUNTERS = struct.Struct("<qqq")
 _U32 = struct.Struct("<I")
 _U16 = struct.Struct("<H")
+
+#: Records a hook reader's saved position is ahead of the state's next record: the prefix
+#: of a hook reader's extra state (see ``ReaderBase.serialize_state``).
+SKIP: Final = struct.Struct("<q")
+#: How a session checkpoint holds the state of a reader with TensorFlow's state format whose
+#: work item is in progress: ``{IN_PROGRESS: state in asyncreader's format}``.
+IN_PROGRESS: Final = "in_progress"
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -255,3 +276,76 @@ def decode_native(kind: str, data: bytes) -> ReaderState:
     if p != len(body) or len(work) != wlen or len(extra) != elen:
         raise InvalidArgumentError("reader state has a bad length")
     return ReaderState(started, finished, produced, work, extra)
+
+
+# -- checking a reader's state -----------------------------------------------------------
+
+
+def parse_state(
+    data: bytes, *, kind: str, reader: str, tf_format: bool, check_extra: Callable[[bytes], None]
+) -> ReaderState:
+    """Parse and check the state of a reader of class ``kind``, shown as ``reader``.
+
+    ``tf_format``: ``data`` is TensorFlow's ``ReaderBaseState`` (which holds no work in
+    progress), else asyncreader's format. ``check_extra`` checks the extra state of a work
+    item in progress.
+
+    Raises:
+        InvalidArgumentError: the state cannot be parsed, is of another kind, has a
+            negative counter or inconsistent work counters, or a bad extra state.
+    """
+    if tf_format:
+        try:
+            parsed = decode_tf_proto(data)
+        except ValueError:
+            raise InvalidArgumentError(
+                f"Could not parse state for {reader}: {c_escape(data)}"
+            ) from None
+    else:
+        try:
+            parsed = decode_native(kind, data)
+        except InvalidArgumentError as exc:
+            raise InvalidArgumentError(
+                f"Could not parse state for {reader}: {exc.message}"
+            ) from None
+    if min(parsed.work_started, parsed.work_finished, parsed.num_records_produced) < 0:
+        raise InvalidArgumentError(
+            f"Unexpected negative value when restoring in {reader}: {parsed.debug_string()}"
+        )
+    if parsed.work_started < parsed.work_finished or (
+        tf_format and parsed.work_started > parsed.work_finished
+    ):
+        raise InvalidArgumentError(
+            "Inconsistent work started vs. finished when restoring in "
+            f"{reader}: {parsed.debug_string()}"
+        )
+    if parsed.work_started > parsed.work_finished:
+        check_extra(parsed.extra)
+    return parsed
+
+
+def check_skip(extra: bytes) -> None:
+    """Check the extra state of a hook reader's work item in progress: :data:`SKIP`, then
+    the hook's own extra state.
+
+    Raises:
+        InvalidArgumentError: the skip count is missing or negative.
+    """
+    if len(extra) < SKIP.size or SKIP.unpack_from(extra)[0] < 0:
+        raise InvalidArgumentError("reader state has a malformed position")
+
+
+# -- a reader's state in a session checkpoint ----------------------------------------------
+
+
+def in_progress_tree(native: bytes) -> dict[str, bytes]:
+    """Return how a session checkpoint saves the state (in asyncreader's format) of a
+    reader with TensorFlow's format whose work item is in progress."""
+    return {IN_PROGRESS: native}
+
+
+def from_checkpoint(tree: Any, *, tf_state: bool) -> tuple[Any, bool]:
+    """Return the state a session checkpoint saved for a reader, and whether it is in
+    asyncreader's format although the reader uses TensorFlow's (``tf_state``)."""
+    native = tf_state and isinstance(tree, dict) and set(tree) == {IN_PROGRESS}
+    return (tree[IN_PROGRESS] if native else tree), native
