@@ -31,7 +31,13 @@ each executor hop reads a block of megabytes and frames it whole, and the parsed
 wait in the read-ahead buffer (:mod:`~asyncreader._readers.buffer`), from which ``read``
 and ``read_up_to`` are served on the event loop without a thread hop. Records still in the
 buffer are not yet *produced*: they are not counted, and saved state resumes at the first
-of them. Record keys are :mod:`~asyncreader._readers.keys`'s.
+of them. Record keys are :mod:`~asyncreader._readers.keys`'s; state bytes and their checks
+are :mod:`~asyncreader._readers.state`'s.
+
+:class:`ReaderBase` shows its public protocol first (hooks, verbs, identity and statistics,
+lifecycle), then the machinery behind it: locking, work items, the hook path, where saved
+state resumes, abandoned hook calls, and the small protocols through which the runtime
+(checkpoints, stage statistics) and :class:`~asyncreader.RecordRefs` see a reader.
 """
 
 from __future__ import annotations
@@ -269,83 +275,6 @@ class ReaderBase(RecordKeys, SharedResource, ABC):
         # Counts restores and resets: an abandoned call's outcome from before is dropped.
         self._epoch = 0
 
-    # -- reading records again by key (asyncreader._readers.reread) ---------------------
-
-    def _reread(self, work: bytes, wanted: list[int]) -> list[bytes]:
-        """Return the values of records ``wanted`` (sorted, distinct) of ``work``.
-
-        Does not touch the reader's own state. Blocks when :attr:`_reread_blocks`.
-
-        Raises:
-            NotFoundError: the file is gone.
-            DataLossError: a record is corrupt or not in the file.
-        """
-        raise NotImplementedError
-
-    def _record_source(self) -> ReaderRecords | None:
-        """Return what reads this reader's records again from their keys, or ``None`` when
-        it cannot (the ``RereadableReader`` protocol of :class:`~asyncreader.RecordRefs`)."""
-        return ReaderRecords(self) if self._rereadable else None
-
-    # -- identity ------------------------------------------------------------------------
-
-    @property
-    def name(self) -> str:
-        """The reader's name."""
-        return self._name
-
-    @property
-    def display_name(self) -> str:
-        """``<Kind> '<name>'``, as messages name the reader."""
-        return f"{type(self).__name__} '{self._name}'"
-
-    def _shared_config(self) -> dict[str, object]:
-        return {"name": self._name}
-
-    def __repr__(self) -> str:
-        state = "closed" if self._closed else "open"
-        work = f" work={self._work!r}" if self._finished < self._started else ""
-        return (
-            f"<{type(self).__name__} {self._name!r} {state} records={self._produced} "
-            f"work_units={self._finished}/{self._started}{work} buffered={self._buffer.waiting}>"
-        )
-
-    def statistics(self) -> ReaderStatistics:
-        """Return a snapshot of the reader's progress."""
-        return ReaderStatistics(
-            records_produced=self._produced,
-            work_units_completed=self._finished,
-            work_units_started=self._started,
-            bytes_read=self._bytes_read,
-            errors=self._errors,
-            current_work=self._work if self._finished < self._started else None,
-            buffered=self._buffer.waiting,
-            closed=self._closed,
-            errors_skipped=self._skipped,
-            abandoned_threads=int(self._pending is not None and self._pending.call.running),
-            abandoned_total=self._abandoned_total,
-        )
-
-    def _stage_counts(self) -> tuple[int, int]:
-        """Return how many reads wait for a work item and how many are reading: the reads
-        that went past the buffered fast path, each in a cancel scope of the reader
-        (waiting for its lock or running). The runtime's stage protocol (pipeline stage
-        statistics)."""
-        active = len(self._scopes)
-        waiting_for_work = active if self._finished >= self._started else 0
-        return waiting_for_work, active - waiting_for_work
-
-    @property
-    def on_error(self) -> ErrorPolicy:
-        """What the reader does with bad input (see :class:`~asyncreader.ErrorPolicy`)."""
-        return self._policy
-
-    @property
-    def dead_letters(self) -> tuple[DeadLetter, ...]:
-        """The bad records and work items skipped under ``on_error``, oldest first (the
-        most recent 10,000; ``statistics().errors_skipped`` counts them all)."""
-        return tuple(self._dead)
-
     # -- hooks (override in subclasses) ----------------------------------------------------
 
     def on_work_started(self, work: bytes) -> Awaitable[None] | None:
@@ -388,19 +317,7 @@ class ReaderBase(RecordKeys, SharedResource, ABC):
         ``on_work_started`` has reopened the work item that was in progress.
         """
 
-    # -- files (built-in readers) -----------------------------------------------------------
-
-    def _close_files(self) -> None:
-        """Close whatever files are open (on a worker thread)."""
-
-    def _has_open_files(self) -> bool:
-        return False
-
-    def _must_close_files(self) -> bool:
-        """Whether dropping the work item's state must close files (on a worker thread)."""
-        return self._has_open_files()
-
-    # -- verbs -------------------------------------------------------------------------------
+    # -- verbs -----------------------------------------------------------------------------
 
     def num_records_produced(self) -> int:
         """Return how many records the reader has delivered."""
@@ -516,34 +433,6 @@ class ReaderBase(RecordKeys, SharedResource, ABC):
             )
         return self._native_state()
 
-    def _native_state(self) -> bytes:
-        """Return the state in asyncreader's format, with the work item in progress."""
-        in_progress = self._finished < self._started
-        started = self._started
-        if self._opening():
-            # The work item just dequeued is still being opened by an abandoned call: save
-            # it as started, at its first record, so that a restore does not lose it.
-            started += 1
-            extra = self._start_state()
-        elif not in_progress:
-            extra = b""
-        elif self._resume is not None:
-            extra = self._resume
-        else:
-            extra = self._position_state()
-        state = ReaderState(started, self._finished, self._produced, self._work, extra)
-        return encode_native(type(self).__name__, state)
-
-    def _position_state(self) -> bytes:
-        """Return the extra state of the next undelivered record of the work item in
-        progress (a hook reader: records skipped past the hook's own extra state)."""
-        buffer = self._buffer
-        if self._pushback_extra is not None and buffer.pos < buffer.n:
-            # Records put back wait in the buffer: resume before them, skipping those
-            # already delivered from it.
-            return SKIP.pack(self._pushback_base + buffer.pos) + self._pushback_extra
-        return SKIP.pack(0) + self.serialize_extra()
-
     def restore_state(self, state: bytes) -> None:
         """Restore the state :meth:`serialize_state` returned.
 
@@ -566,74 +455,57 @@ class ReaderBase(RecordKeys, SharedResource, ABC):
         """
         self._restore(state, native=False)
 
-    def _restore(self, state: object, *, native: bool) -> None:
-        """Restore ``state``; ``native``: in asyncreader's format whatever the reader."""
-        self._check_open()
-        if self._lock.locked():
-            raise FailedPreconditionError(
-                f"cannot restore the state of {self.display_name} while it is reading"
-            )
-        if not isinstance(state, (bytes, bytearray, memoryview)):
-            raise InvalidArgumentError(f"Reader state must be bytes, not {type(state).__name__}")
-        data = bytes(state)
-        try:
-            parsed = self._parse_state(data, native=native)
-        except InvalidArgumentError:
-            self._reset_sync()
-            self._needs_reset = True
-            raise
-        self._reset_sync()
-        self._needs_reset = True
-        self._started = parsed.work_started
-        self._finished = parsed.work_finished
-        self._produced = parsed.num_records_produced
-        self._work = parsed.current_work
-        if parsed.work_finished < parsed.work_started:
-            self._resume = parsed.extra
+    # -- identity and statistics -----------------------------------------------------------
 
-    def _checkpoint_save(self) -> Any:
-        if self._tf_state and (self._finished < self._started or self._opening()):
-            # TensorFlow's format cannot hold a work item in progress (its restore refuses
-            # one): a session checkpoint saves it in asyncreader's format, so that the
-            # restored reader retries that item instead of losing it.
-            self._check_open()
-            return in_progress_tree(self._native_state())
-        return self.serialize_state()
+    @property
+    def name(self) -> str:
+        """The reader's name."""
+        return self._name
 
-    def _checkpoint_restore(self, tree: Any) -> None:
-        data, native = from_checkpoint(tree, tf_state=self._tf_state)
-        self._restore(data, native=native)
+    @property
+    def display_name(self) -> str:
+        """``<Kind> '<name>'``, as messages name the reader."""
+        return f"{type(self).__name__} '{self._name}'"
 
-    def _checkpoint_work(self, tree: Any) -> bytes:
-        """Return the work item a session checkpoint's tree would make the reader read.
+    @property
+    def on_error(self) -> ErrorPolicy:
+        """What the reader does with bad input (see :class:`~asyncreader.ErrorPolicy`)."""
+        return self._policy
 
-        Raises:
-            InvalidArgumentError: the tree is not a state of this reader.
-        """
-        data, native = from_checkpoint(tree, tf_state=self._tf_state)
-        if not isinstance(data, bytes):
-            raise InvalidArgumentError(f"Reader state must be bytes, not {type(data).__name__}")
-        return self._parse_state(data, native=native).current_work
+    @property
+    def dead_letters(self) -> tuple[DeadLetter, ...]:
+        """The bad records and work items skipped under ``on_error``, oldest first (the
+        most recent 10,000; ``statistics().errors_skipped`` counts them all)."""
+        return tuple(self._dead)
 
-    def _opening(self) -> bool:
-        """Whether an abandoned call still opens the work item just dequeued."""
-        pending = self._pending
-        return pending is not None and pending.kind == "start" and pending.epoch == self._epoch
-
-    def _parse_state(self, data: bytes, *, native: bool = False) -> ReaderState:
-        return parse_state(
-            data,
-            kind=type(self).__name__,
-            reader=self.display_name,
-            tf_format=self._tf_state and not native,
-            check_extra=self._check_extra,
+    def statistics(self) -> ReaderStatistics:
+        """Return a snapshot of the reader's progress."""
+        return ReaderStatistics(
+            records_produced=self._produced,
+            work_units_completed=self._finished,
+            work_units_started=self._started,
+            bytes_read=self._bytes_read,
+            errors=self._errors,
+            current_work=self._work if self._finished < self._started else None,
+            buffered=self._buffer.waiting,
+            closed=self._closed,
+            errors_skipped=self._skipped,
+            abandoned_threads=int(self._pending is not None and self._pending.call.running),
+            abandoned_total=self._abandoned_total,
         )
 
-    def _check_extra(self, extra: bytes) -> None:
-        """Validate the extra state of a restored in-progress work item (on the loop)."""
-        check_skip(extra)
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else "open"
+        work = f" work={self._work!r}" if self._finished < self._started else ""
+        return (
+            f"<{type(self).__name__} {self._name!r} {state} records={self._produced} "
+            f"work_units={self._finished}/{self._started}{work} buffered={self._buffer.waiting}>"
+        )
 
-    # -- resource lifecycle -------------------------------------------------------------------
+    def _shared_config(self) -> dict[str, object]:
+        return {"name": self._name}
+
+    # -- resource lifecycle ----------------------------------------------------------------
 
     async def aclose(self) -> None:
         """Close the reader: cancel its running operations and close its files.
@@ -685,120 +557,7 @@ class ReaderBase(RecordKeys, SharedResource, ABC):
         if self._closed:
             raise FailedPreconditionError(f"{self.display_name} is closed")
 
-    # -- machinery ----------------------------------------------------------------------------
-
-    async def _call(self, hook: str, *args: Any) -> Any:
-        fn = getattr(self, hook)
-        if hook in self._async_hooks:
-            return await fn(*args)
-        return await self._run_blocking(fn, *args)
-
-    async def _run_blocking(self, fn: Callable[..., T], *args: Any) -> T:
-        """Run ``fn(*args)`` on the I/O executor; a cancellation abandons a blocked thread.
-
-        An abandoned call is noted in ``_pending``: the hook's objects must not be touched
-        until it returns. The caller's handler says what its outcome means (``kind``); the
-        next operation waits for it and applies it (:meth:`_resolve_pending`).
-        """
-        call = IoCall(functools.partial(fn, *args), self._release_abandoned)
-        try:
-            return await run_io_abandoning(call)
-        except BaseException:
-            if call.abandoned:
-                self._pending = _Pending(call, self._epoch)
-                self._abandoned_total += 1
-            raise
-
-    def _note_pending(self, kind: str, *info: Any) -> bool:
-        """Say what the outcome of the call just abandoned (if any) means; the innermost
-        handler speaks. Return whether a call was abandoned."""
-        pending = self._pending
-        if pending is None:
-            return False
-        if pending.kind is None:
-            pending.kind, pending.info = kind, info
-        return True
-
-    def _release_abandoned(self) -> None:
-        """Drop what an abandoned, discarded hook left (on its thread, once it returned)."""
-        try:
-            if "reset_state" not in self._async_hooks:
-                self.reset_state()
-        finally:
-            if self._must_close_files():
-                self._close_files()
-
-    async def _resolve_pending(self, *, apply: bool = True) -> None:
-        """Wait (cancellably) for an abandoned hook call, then apply its outcome (unless
-        ``apply`` is false: the caller drops the work item anyway)."""
-        pending = self._pending
-        if pending is None:
-            return
-        await pending.call.wait()
-        self._pending = None
-        if not apply or pending.epoch != self._epoch or pending.kind is None:
-            # Dropped, restored since (its state is gone), or nothing to apply.
-            self._needs_reset = self._needs_reset or not apply
-            return
-        await self._apply_pending(pending.kind, pending.call, pending.info)
-
-    async def _apply_pending(self, kind: str, call: IoCall[Any], info: tuple[Any, ...]) -> None:
-        """Apply the outcome of an abandoned hook call of ``kind`` (see :class:`_Pending`)."""
-        if kind == "start":
-            try:
-                call.outcome()
-            except Exception as exc:
-                self._errors += 1
-                await self._abandon()
-                if isinstance(exc, AsyncReaderError) and self._skip(exc, rest=True):
-                    return
-                raise
-            self._started += 1
-        elif kind == "resume":
-            # Stopped part-way: drop what it did; the next read resumes from the start.
-            await self._abandon()
-        elif kind == "records":
-            hook, n, mark = info
-            try:
-                if hook == "read_one":
-                    key, value, at_end = self._check_one(call.outcome())
-                    keys = [] if key is None or value is None else [key]
-                    values = [] if key is None or value is None else [value]
-                else:
-                    keys, values, at_end = self._check_many(call.outcome(), n)
-            except AsyncReaderError as exc:
-                self._errors += 1
-                if not self._skip(exc, rest=True):
-                    raise
-                keys, values, at_end = [], [], True  # the rest is skipped
-            if self._buffer.pos >= self._buffer.n:
-                self._buffer.clear()
-                self._pushback_extra, self._pushback_base = mark
-            self._buffer_more(keys, values, at_end)
-
-    def _buffer_more(self, keys: list[bytes], values: list[bytes], at_end: bool) -> None:
-        """Append records an abandoned call read to the (undelivered) buffer."""
-        dropped = self._buffer.append(keys, values, at_end)
-        if dropped:
-            # The delivered head of the buffer is gone; saved state still counts it.
-            self._drop_delivered(dropped)
-
-    def _drop_delivered(self, n: int) -> None:
-        """The buffer's first ``n`` records, delivered, were dropped: the mark of its first
-        record moves past them."""
-        self._pushback_base += n
-
-    async def _drop_work_state(self) -> None:
-        """Run ``reset_state`` and close the files: shielded, but never waiting for good."""
-        with anyio.CancelScope(shield=True) as scope:
-            scope.deadline = anyio.current_time() + _SHIELD_GRACE
-            try:
-                await self._call("reset_state")
-            finally:
-                if self._pending is None and self._must_close_files():
-                    await self._run_blocking(self._close_files)
-        if scope.cancelled_caught:
-            self._needs_reset = True  # the next operation tries again
+    # -- locking and calling hooks ---------------------------------------------------------
 
     async def _locked(self, fn: Callable[..., Awaitable[T]], *args: Any) -> T:
         self._check_open()
@@ -817,6 +576,33 @@ class ReaderBase(RecordKeys, SharedResource, ABC):
             self._scopes.discard(scope)
         # Only aclose() cancels this scope.
         raise FailedPreconditionError(f"{self.display_name} was closed during the operation")
+
+    async def _call(self, hook: str, *args: Any) -> Any:
+        fn = getattr(self, hook)
+        if hook in self._async_hooks:
+            return await fn(*args)
+        return await self._run_blocking(fn, *args)
+
+    async def _reset_locked(self) -> None:
+        try:
+            await self._abandon()
+        finally:
+            self._reset_sync()
+
+    def _reset_sync(self) -> None:
+        self._deferred = None
+        self._started = self._finished = self._produced = 0
+        self._work = b""
+        self._resume = None
+        self._epoch += 1
+        self._buffer.clear()
+
+    def _raise_deferred(self) -> None:
+        exc, self._deferred = self._deferred, None
+        if exc is not None:
+            raise exc
+
+    # -- work items ------------------------------------------------------------------------
 
     async def _take_work(self, queue: WorkQueue) -> None:
         if not callable(getattr(queue, "dequeue", None)):
@@ -869,6 +655,42 @@ class ReaderBase(RecordKeys, SharedResource, ABC):
             return False
         return True
 
+    async def _finish_work(self) -> None:
+        self._buffer.clear()
+        # Shielded: once a work item's last record is in hand the file is closed, however
+        # the caller is cancelled meanwhile (the hook is short; a thread blocked past the
+        # grace period is abandoned and closes the file when it returns).
+        with anyio.CancelScope(shield=True) as scope:
+            scope.deadline = anyio.current_time() + _SHIELD_GRACE
+            try:
+                await self._call("on_work_finished")
+            except Exception:
+                self._errors += 1
+                raise
+            finally:
+                self._finished = self._started
+        if scope.cancelled_caught:
+            self._needs_reset = True  # the next operation closes what is still open
+
+    async def _abandon(self) -> None:
+        if self._pending is not None:
+            # A hook's thread still works on the state: the next operation drops it.
+            self._needs_reset = True
+            return
+        await self._drop_work_state()
+
+    async def _drop_work_state(self) -> None:
+        """Run ``reset_state`` and close the files: shielded, but never waiting for good."""
+        with anyio.CancelScope(shield=True) as scope:
+            scope.deadline = anyio.current_time() + _SHIELD_GRACE
+            try:
+                await self._call("reset_state")
+            finally:
+                if self._pending is None and self._must_close_files():
+                    await self._run_blocking(self._close_files)
+        if scope.cancelled_caught:
+            self._needs_reset = True  # the next operation tries again
+
     async def _resume_work(self) -> None:
         """Reopen a work item restored in progress and seek to the saved position."""
         extra = self._resume
@@ -908,93 +730,7 @@ class ReaderBase(RecordKeys, SharedResource, ABC):
             if at_end:
                 break
 
-    async def _abandon(self) -> None:
-        if self._pending is not None:
-            # A hook's thread still works on the state: the next operation drops it.
-            self._needs_reset = True
-            return
-        await self._drop_work_state()
-
-    async def _finish_work(self) -> None:
-        self._buffer.clear()
-        # Shielded: once a work item's last record is in hand the file is closed, however
-        # the caller is cancelled meanwhile (the hook is short; a thread blocked past the
-        # grace period is abandoned and closes the file when it returns).
-        with anyio.CancelScope(shield=True) as scope:
-            scope.deadline = anyio.current_time() + _SHIELD_GRACE
-            try:
-                await self._call("on_work_finished")
-            except Exception:
-                self._errors += 1
-                raise
-            finally:
-                self._finished = self._started
-        if scope.cancelled_caught:
-            self._needs_reset = True  # the next operation closes what is still open
-
-    def _put_back(self, keys: list[bytes], values: list[bytes], mark: tuple[Any, int]) -> None:
-        """Return records a failed or cancelled call had taken to the front of the buffer.
-
-        ``mark`` is :meth:`_mark` from when the call took its first record: saved state
-        then resumes at the first record put back.
-        """
-        self._buffer.put_back(keys, values)
-        self._produced -= len(keys)
-        restart, skip = mark
-        self._rewind(restart, skip)
-
-    def _mark(self) -> tuple[Any, int]:
-        """Where the next record comes from, to put records back to (see :meth:`_put_back`):
-        a hook reader's extra state and how many records past it."""
-        buffer = self._buffer
-        if buffer.pos < buffer.n:
-            return self._pushback_extra, self._pushback_base + buffer.pos
-        in_progress = self._finished < self._started
-        return (self.serialize_extra() if in_progress else None), 0
-
-    def _start_state(self) -> bytes:
-        """Return the extra state of the current work item's first record."""
-        return SKIP.pack(0) + self.serialize_extra()
-
-    def _rewind(self, mark: Any, skip: int) -> None:
-        """Make saved state restart at ``mark``, ``skip`` records on (from :meth:`_mark`)."""
-        self._pushback_extra, self._pushback_base = mark, skip
-
-    def _contract_error(self, hook: str, result: object) -> AsyncReaderError:
-        return AsyncReaderError(
-            f"{hook}() for {self.display_name} must return "
-            + (
-                "(key, value), (key, value, at_end) or None (at end)"
-                if hook == "read_one"
-                else "(keys, values, at_end) with 1..n records or at_end true"
-            )
-            + f", not {result!r:.200}",
-            work_item=self._work,
-        )
-
-    async def _read_one_hook(self) -> tuple[bytes | None, bytes | None, bool]:
-        try:
-            result = await self._call("read_one")
-        except AsyncReaderError:
-            self._errors += 1
-            raise
-        return self._check_one(result)
-
-    def _check_one(self, result: Any) -> tuple[bytes | None, bytes | None, bool]:
-        """Check what ``read_one`` returned; return ``(key, value, at_end)``."""
-        if result is None:
-            return None, None, True
-        if type(result) is tuple and len(result) in (2, 3):
-            key, value = result[0], result[1]
-            at_end = bool(result[2]) if len(result) == 3 else False
-            if isinstance(key, bytes) and isinstance(value, bytes):
-                return key, value, at_end
-        raise self._contract_error("read_one", result)
-
-    def _raise_deferred(self) -> None:
-        exc, self._deferred = self._deferred, None
-        if exc is not None:
-            raise exc
+    # -- the hook path (the buffered path overrides _read_on and _read_on_many) ------------
 
     async def _read_locked(self, queue: WorkQueue) -> tuple[bytes, bytes]:
         self._raise_deferred()
@@ -1142,6 +878,25 @@ class ReaderBase(RecordKeys, SharedResource, ABC):
             got_k, got_v, at_end = [], [], True  # the rest is skipped
         return got_k, got_v, at_end
 
+    async def _read_one_hook(self) -> tuple[bytes | None, bytes | None, bool]:
+        try:
+            result = await self._call("read_one")
+        except AsyncReaderError:
+            self._errors += 1
+            raise
+        return self._check_one(result)
+
+    def _check_one(self, result: Any) -> tuple[bytes | None, bytes | None, bool]:
+        """Check what ``read_one`` returned; return ``(key, value, at_end)``."""
+        if result is None:
+            return None, None, True
+        if type(result) is tuple and len(result) in (2, 3):
+            key, value = result[0], result[1]
+            at_end = bool(result[2]) if len(result) == 3 else False
+            if isinstance(key, bytes) and isinstance(value, bytes):
+                return key, value, at_end
+        raise self._contract_error("read_one", result)
+
     async def _read_many_hook(self, n: int) -> tuple[list[bytes], list[bytes], bool]:
         try:
             result = await self._call("read_many", n)
@@ -1163,19 +918,278 @@ class ReaderBase(RecordKeys, SharedResource, ABC):
                 return keys, values, bool(at_end)
         raise self._contract_error("read_many", result)
 
-    async def _reset_locked(self) -> None:
-        try:
-            await self._abandon()
-        finally:
-            self._reset_sync()
+    def _contract_error(self, hook: str, result: object) -> AsyncReaderError:
+        return AsyncReaderError(
+            f"{hook}() for {self.display_name} must return "
+            + (
+                "(key, value), (key, value, at_end) or None (at end)"
+                if hook == "read_one"
+                else "(keys, values, at_end) with 1..n records or at_end true"
+            )
+            + f", not {result!r:.200}",
+            work_item=self._work,
+        )
 
-    def _reset_sync(self) -> None:
-        self._deferred = None
-        self._started = self._finished = self._produced = 0
-        self._work = b""
-        self._resume = None
-        self._epoch += 1
-        self._buffer.clear()
+    # -- where saved state resumes ---------------------------------------------------------
+
+    def _mark(self) -> tuple[Any, int]:
+        """Where the next record comes from, to put records back to (see :meth:`_put_back`):
+        a hook reader's extra state and how many records past it."""
+        buffer = self._buffer
+        if buffer.pos < buffer.n:
+            return self._pushback_extra, self._pushback_base + buffer.pos
+        in_progress = self._finished < self._started
+        return (self.serialize_extra() if in_progress else None), 0
+
+    def _put_back(self, keys: list[bytes], values: list[bytes], mark: tuple[Any, int]) -> None:
+        """Return records a failed or cancelled call had taken to the front of the buffer.
+
+        ``mark`` is :meth:`_mark` from when the call took its first record: saved state
+        then resumes at the first record put back.
+        """
+        self._buffer.put_back(keys, values)
+        self._produced -= len(keys)
+        restart, skip = mark
+        self._rewind(restart, skip)
+
+    def _rewind(self, mark: Any, skip: int) -> None:
+        """Make saved state restart at ``mark``, ``skip`` records on (from :meth:`_mark`)."""
+        self._pushback_extra, self._pushback_base = mark, skip
+
+    def _start_state(self) -> bytes:
+        """Return the extra state of the current work item's first record."""
+        return SKIP.pack(0) + self.serialize_extra()
+
+    def _position_state(self) -> bytes:
+        """Return the extra state of the next undelivered record of the work item in
+        progress (a hook reader: records skipped past the hook's own extra state)."""
+        buffer = self._buffer
+        if self._pushback_extra is not None and buffer.pos < buffer.n:
+            # Records put back wait in the buffer: resume before them, skipping those
+            # already delivered from it.
+            return SKIP.pack(self._pushback_base + buffer.pos) + self._pushback_extra
+        return SKIP.pack(0) + self.serialize_extra()
+
+    def _native_state(self) -> bytes:
+        """Return the state in asyncreader's format, with the work item in progress."""
+        in_progress = self._finished < self._started
+        started = self._started
+        if self._opening():
+            # The work item just dequeued is still being opened by an abandoned call: save
+            # it as started, at its first record, so that a restore does not lose it.
+            started += 1
+            extra = self._start_state()
+        elif not in_progress:
+            extra = b""
+        elif self._resume is not None:
+            extra = self._resume
+        else:
+            extra = self._position_state()
+        state = ReaderState(started, self._finished, self._produced, self._work, extra)
+        return encode_native(type(self).__name__, state)
+
+    def _restore(self, state: object, *, native: bool) -> None:
+        """Restore ``state``; ``native``: in asyncreader's format whatever the reader."""
+        self._check_open()
+        if self._lock.locked():
+            raise FailedPreconditionError(
+                f"cannot restore the state of {self.display_name} while it is reading"
+            )
+        if not isinstance(state, (bytes, bytearray, memoryview)):
+            raise InvalidArgumentError(f"Reader state must be bytes, not {type(state).__name__}")
+        data = bytes(state)
+        try:
+            parsed = self._parse_state(data, native=native)
+        except InvalidArgumentError:
+            self._reset_sync()
+            self._needs_reset = True
+            raise
+        self._reset_sync()
+        self._needs_reset = True
+        self._started = parsed.work_started
+        self._finished = parsed.work_finished
+        self._produced = parsed.num_records_produced
+        self._work = parsed.current_work
+        if parsed.work_finished < parsed.work_started:
+            self._resume = parsed.extra
+
+    def _parse_state(self, data: bytes, *, native: bool = False) -> ReaderState:
+        return parse_state(
+            data,
+            kind=type(self).__name__,
+            reader=self.display_name,
+            tf_format=self._tf_state and not native,
+            check_extra=self._check_extra,
+        )
+
+    def _check_extra(self, extra: bytes) -> None:
+        """Validate the extra state of a restored in-progress work item (on the loop)."""
+        check_skip(extra)
+
+    def _opening(self) -> bool:
+        """Whether an abandoned call still opens the work item just dequeued."""
+        pending = self._pending
+        return pending is not None and pending.kind == "start" and pending.epoch == self._epoch
+
+    # -- abandoned hook calls --------------------------------------------------------------
+
+    async def _run_blocking(self, fn: Callable[..., T], *args: Any) -> T:
+        """Run ``fn(*args)`` on the I/O executor; a cancellation abandons a blocked thread.
+
+        An abandoned call is noted in ``_pending``: the hook's objects must not be touched
+        until it returns. The caller's handler says what its outcome means (``kind``); the
+        next operation waits for it and applies it (:meth:`_resolve_pending`).
+        """
+        call = IoCall(functools.partial(fn, *args), self._release_abandoned)
+        try:
+            return await run_io_abandoning(call)
+        except BaseException:
+            if call.abandoned:
+                self._pending = _Pending(call, self._epoch)
+                self._abandoned_total += 1
+            raise
+
+    def _note_pending(self, kind: str, *info: Any) -> bool:
+        """Say what the outcome of the call just abandoned (if any) means; the innermost
+        handler speaks. Return whether a call was abandoned."""
+        pending = self._pending
+        if pending is None:
+            return False
+        if pending.kind is None:
+            pending.kind, pending.info = kind, info
+        return True
+
+    def _release_abandoned(self) -> None:
+        """Drop what an abandoned, discarded hook left (on its thread, once it returned)."""
+        try:
+            if "reset_state" not in self._async_hooks:
+                self.reset_state()
+        finally:
+            if self._must_close_files():
+                self._close_files()
+
+    async def _resolve_pending(self, *, apply: bool = True) -> None:
+        """Wait (cancellably) for an abandoned hook call, then apply its outcome (unless
+        ``apply`` is false: the caller drops the work item anyway)."""
+        pending = self._pending
+        if pending is None:
+            return
+        await pending.call.wait()
+        self._pending = None
+        if not apply or pending.epoch != self._epoch or pending.kind is None:
+            # Dropped, restored since (its state is gone), or nothing to apply.
+            self._needs_reset = self._needs_reset or not apply
+            return
+        await self._apply_pending(pending.kind, pending.call, pending.info)
+
+    async def _apply_pending(self, kind: str, call: IoCall[Any], info: tuple[Any, ...]) -> None:
+        """Apply the outcome of an abandoned hook call of ``kind`` (see :class:`_Pending`)."""
+        if kind == "start":
+            try:
+                call.outcome()
+            except Exception as exc:
+                self._errors += 1
+                await self._abandon()
+                if isinstance(exc, AsyncReaderError) and self._skip(exc, rest=True):
+                    return
+                raise
+            self._started += 1
+        elif kind == "resume":
+            # Stopped part-way: drop what it did; the next read resumes from the start.
+            await self._abandon()
+        elif kind == "records":
+            hook, n, mark = info
+            try:
+                if hook == "read_one":
+                    key, value, at_end = self._check_one(call.outcome())
+                    keys = [] if key is None or value is None else [key]
+                    values = [] if key is None or value is None else [value]
+                else:
+                    keys, values, at_end = self._check_many(call.outcome(), n)
+            except AsyncReaderError as exc:
+                self._errors += 1
+                if not self._skip(exc, rest=True):
+                    raise
+                keys, values, at_end = [], [], True  # the rest is skipped
+            if self._buffer.pos >= self._buffer.n:
+                self._buffer.clear()
+                self._pushback_extra, self._pushback_base = mark
+            self._buffer_more(keys, values, at_end)
+
+    def _buffer_more(self, keys: list[bytes], values: list[bytes], at_end: bool) -> None:
+        """Append records an abandoned call read to the (undelivered) buffer."""
+        dropped = self._buffer.append(keys, values, at_end)
+        if dropped:
+            # The delivered head of the buffer is gone; saved state still counts it.
+            self._drop_delivered(dropped)
+
+    def _drop_delivered(self, n: int) -> None:
+        """The buffer's first ``n`` records, delivered, were dropped: the mark of its first
+        record moves past them."""
+        self._pushback_base += n
+
+    # -- files (built-in readers) ----------------------------------------------------------
+
+    def _close_files(self) -> None:
+        """Close whatever files are open (on a worker thread)."""
+
+    def _has_open_files(self) -> bool:
+        return False
+
+    def _must_close_files(self) -> bool:
+        """Whether dropping the work item's state must close files (on a worker thread)."""
+        return self._has_open_files()
+
+    # -- protocols of the runtime (checkpoints, stage statistics) and of RecordRefs --------
+
+    def _checkpoint_save(self) -> Any:
+        if self._tf_state and (self._finished < self._started or self._opening()):
+            # TensorFlow's format cannot hold a work item in progress (its restore refuses
+            # one): a session checkpoint saves it in asyncreader's format, so that the
+            # restored reader retries that item instead of losing it.
+            self._check_open()
+            return in_progress_tree(self._native_state())
+        return self.serialize_state()
+
+    def _checkpoint_restore(self, tree: Any) -> None:
+        data, native = from_checkpoint(tree, tf_state=self._tf_state)
+        self._restore(data, native=native)
+
+    def _checkpoint_work(self, tree: Any) -> bytes:
+        """Return the work item a session checkpoint's tree would make the reader read.
+
+        Raises:
+            InvalidArgumentError: the tree is not a state of this reader.
+        """
+        data, native = from_checkpoint(tree, tf_state=self._tf_state)
+        if not isinstance(data, bytes):
+            raise InvalidArgumentError(f"Reader state must be bytes, not {type(data).__name__}")
+        return self._parse_state(data, native=native).current_work
+
+    def _stage_counts(self) -> tuple[int, int]:
+        """Return how many reads wait for a work item and how many are reading: the reads
+        that went past the buffered fast path, each in a cancel scope of the reader
+        (waiting for its lock or running). The runtime's stage protocol (pipeline stage
+        statistics)."""
+        active = len(self._scopes)
+        waiting_for_work = active if self._finished >= self._started else 0
+        return waiting_for_work, active - waiting_for_work
+
+    def _record_source(self) -> ReaderRecords | None:
+        """Return what reads this reader's records again from their keys, or ``None`` when
+        it cannot (the ``RereadableReader`` protocol of :class:`~asyncreader.RecordRefs`)."""
+        return ReaderRecords(self) if self._rereadable else None
+
+    def _reread(self, work: bytes, wanted: list[int]) -> list[bytes]:
+        """Return the values of records ``wanted`` (sorted, distinct) of ``work``.
+
+        Does not touch the reader's own state. Blocks when :attr:`_reread_blocks`.
+
+        Raises:
+            NotFoundError: the file is gone.
+            DataLossError: a record is corrupt or not in the file.
+        """
+        raise NotImplementedError
 
 
 @dataclasses.dataclass(slots=True)
