@@ -296,7 +296,7 @@ def _open_writer(path: Path) -> int:
 
 
 async def test_a_block_read_abandoned_part_way_delivers_its_records_later(fifo: Path) -> None:
-    """The thread has read two lines and waits for more: the chunk it returns later is
+    """The thread has read two lines and waits for more: the record run it returns later is
     taken up by the next call, records in order, none twice."""
     queue = await work_queue([str(fifo)])
     fds: list[int] = []
