@@ -758,7 +758,8 @@ class ReaderBase(RecordKeys, SharedResource, ABC):
 
     async def _read_on(self) -> tuple[bytes, bytes] | None:
         """Read on in the current work item for :meth:`read`: return the next record, or
-        ``None`` when there is none to return yet (the work item ended)."""
+        ``None`` when there is none to return (the work item ended, or the records went to
+        the read-ahead buffer)."""
         mark = self._mark()
         try:
             key, value, at_end = await self._read_one_hook()

@@ -46,7 +46,8 @@ class BufferedReader(ReaderBase):
         """Note where the next run starts (on the event loop, before :meth:`_fill`)."""
 
     def _run_mark(self) -> Any:
-        """Return the restart point of the current run."""
+        """Return the restart point of the current run: where saved state resumes to
+        deliver the run's first record, and how many records on from there it is."""
         raise NotImplementedError
 
     def _rewind(self, mark: Any, skip: int) -> None:
@@ -59,14 +60,15 @@ class BufferedReader(ReaderBase):
         raise NotImplementedError
 
     def _start_state(self) -> bytes:
+        """Return the extra state of the current work item's first record."""
         raise NotImplementedError
 
     def _skip_bad_record(self) -> bool:
         """After a framing error, restart past the one bad record if its extent is known
-        (on a worker thread); return whether it could ."""
+        (on a worker thread); return whether it could."""
         return False
 
-    # -- the steps in which the buffered path differs --------------------------------------
+    # -- the steps in which the buffered path differs from the hook path ------------------
 
     def _must_close_files(self) -> bool:
         return True
@@ -85,6 +87,7 @@ class BufferedReader(ReaderBase):
         await self._call("restore_extra", extra)
 
     async def _read_on(self) -> tuple[bytes, bytes] | None:
+        # The records go to the buffer, served from there by the caller's next turn.
         await self._refill()
         return None
 
