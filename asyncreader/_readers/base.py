@@ -46,13 +46,11 @@ import collections
 import dataclasses
 import functools
 import inspect
-import os
 import warnings
 from abc import ABC
-from typing import TYPE_CHECKING, Any, ClassVar, Final, Protocol, Self, TypeAlias, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, Final, Self, TypeAlias, TypeVar
 
 import anyio
-import numpy as np
 from anyio.lowlevel import checkpoint, checkpoint_if_cancelled
 
 from .._error_policy import MAX_DEAD_LETTERS, DeadLetter, ErrorPolicy, OnError, as_policy
@@ -78,6 +76,7 @@ from .state import (
     in_progress_tree,
     parse_state,
 )
+from .work import WorkQueue, check_work_queue, work_item_bytes
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
@@ -119,13 +118,6 @@ _HOOKS: Final = (
 )
 
 
-class WorkQueue(Protocol):
-    """What a reader needs from its work queue: ``await dequeue()`` returning a work item
-    and raising :class:`~asyncreader.OutOfRangeError` when closed and empty."""
-
-    async def dequeue(self) -> Any: ...
-
-
 @dataclasses.dataclass(frozen=True, slots=True)
 class ReaderStatistics:
     """A snapshot of a reader's progress.
@@ -158,31 +150,6 @@ class ReaderStatistics:
     errors_skipped: int = 0
     abandoned_threads: int = 0
     abandoned_total: int = 0
-
-
-def _work_bytes(item: Any) -> bytes:
-    """Turn a dequeued element into the work item's bytes (SPEC §3.2)."""
-    if isinstance(item, (tuple, list)):
-        if len(item) != 1:
-            raise InvalidArgumentError(
-                f"Expected to dequeue a one-element string tensor, got {len(item)} components"
-            )
-        item = item[0]
-    if isinstance(item, np.ndarray):
-        if item.size != 1:
-            raise InvalidArgumentError(
-                f"Expected to dequeue a one-element string tensor, got shape {tuple(item.shape)}"
-            )
-        item = item.reshape(()).item()
-    if isinstance(item, bytes):
-        return item
-    if isinstance(item, (str, os.PathLike)):
-        # As the OS encodes file names: a name os.listdir or glob returned with surrogate
-        # escapes (bytes that are not UTF-8) comes back as exactly those bytes.
-        return os.fsencode(item)
-    raise InvalidArgumentError(
-        f"Expected queue with single string component, got a {type(item).__name__}"
-    )
 
 
 class ReaderBase(RecordKeys, SharedResource, ABC):
@@ -605,21 +572,10 @@ class ReaderBase(RecordKeys, SharedResource, ABC):
     # -- work items ------------------------------------------------------------------------
 
     async def _take_work(self, queue: WorkQueue) -> None:
-        if not callable(getattr(queue, "dequeue", None)):
-            # Checked once per work item, not per record: a list of paths is a common slip.
-            raise TypeError(
-                f"{self.display_name} reads work items from a queue (an object with an async "
-                f"dequeue(), such as FIFOQueue or string_input_producer), not a "
-                f"{type(queue).__name__}"
-            )
-        dtypes = getattr(queue, "dtypes", None)
-        if isinstance(dtypes, (list, tuple)) and len(dtypes) != 1:
-            raise InvalidArgumentError(
-                f"Expected single component queue, {self.display_name} got {len(dtypes)}"
-            )
+        check_work_queue(queue, self.display_name)
         while True:
             item = await queue.dequeue()
-            work = _work_bytes(item)
+            work = work_item_bytes(item)
             check_taken_work(queue, work)  # a restored queue's strings may not be trusted
             self._work = work
             self._buffer.clear()

@@ -1,0 +1,67 @@
+"""Work items: what a reader takes from its work queue.
+
+A reader dequeues one work item at a time (a file path or URL) from a queue of single
+strings. The queue is checked once per work item, not per record; a dequeued element
+becomes the work item's bytes as TensorFlow's ``ReaderBase`` reads them (SPEC §3.2).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Protocol
+
+import numpy as np
+
+from .._errors import InvalidArgumentError
+
+__all__ = ["WorkQueue", "check_work_queue", "work_item_bytes"]
+
+
+class WorkQueue(Protocol):
+    """What a reader needs from its work queue: ``await dequeue()`` returning a work item
+    and raising :class:`~asyncreader.OutOfRangeError` when closed and empty."""
+
+    async def dequeue(self) -> Any: ...
+
+
+def check_work_queue(queue: object, reader: str) -> None:
+    """Check that ``queue`` can give reader ``reader`` work items.
+
+    Raises:
+        TypeError: ``queue`` has no ``dequeue`` (a list of paths is a common slip).
+        InvalidArgumentError: the queue's elements have more than one component.
+    """
+    if not callable(getattr(queue, "dequeue", None)):
+        raise TypeError(
+            f"{reader} reads work items from a queue (an object with an async "
+            f"dequeue(), such as FIFOQueue or string_input_producer), not a "
+            f"{type(queue).__name__}"
+        )
+    dtypes = getattr(queue, "dtypes", None)
+    if isinstance(dtypes, (list, tuple)) and len(dtypes) != 1:
+        raise InvalidArgumentError(f"Expected single component queue, {reader} got {len(dtypes)}")
+
+
+def work_item_bytes(item: Any) -> bytes:
+    """Turn a dequeued element into the work item's bytes (SPEC §3.2)."""
+    if isinstance(item, (tuple, list)):
+        if len(item) != 1:
+            raise InvalidArgumentError(
+                f"Expected to dequeue a one-element string tensor, got {len(item)} components"
+            )
+        item = item[0]
+    if isinstance(item, np.ndarray):
+        if item.size != 1:
+            raise InvalidArgumentError(
+                f"Expected to dequeue a one-element string tensor, got shape {tuple(item.shape)}"
+            )
+        item = item.reshape(()).item()
+    if isinstance(item, bytes):
+        return item
+    if isinstance(item, (str, os.PathLike)):
+        # As the OS encodes file names: a name os.listdir or glob returned with surrogate
+        # escapes (bytes that are not UTF-8) comes back as exactly those bytes.
+        return os.fsencode(item)
+    raise InvalidArgumentError(
+        f"Expected queue with single string component, got a {type(item).__name__}"
+    )
