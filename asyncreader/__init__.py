@@ -8,6 +8,22 @@ pipeline. Everything runs on anyio, under asyncio or trio.
 Everything public is importable from here: ``import asyncreader as ar``.
 """
 
+# Layers, lowest first. A module imports only from its own package or from a lower layer,
+# also under TYPE_CHECKING and inside functions (tests/test_layers.py checks every import
+# against this list). What a lower layer needs from a higher one is a protocol it defines:
+# the runtime's Checkpointable and Stage, the queues' re-readable record source.
+#
+#   1. _errors, errors, _error_policy, _typing, _yields   errors and shared types
+#   2. _io           the I/O executor, filesystems, CRC32C
+#   3. _records      TFRecord, line and fixed-length framing (sans-I/O); writer, iterators
+#   4. _decoders     decode_raw, decode_csv, parse_example
+#   5. _runtime      coordinator, queue runner, session, resources, checkpoints
+#   6. _queues       FIFO, random-shuffle, padding, priority queues; record references
+#   7. _readers      the reader protocol and the readers of each format
+#   8. _pipeline     input producers and batching
+#   9. cifar10       TensorFlow's CIFAR-10 input functions
+#  10. _cli          the command line
+#
 # No ``from __future__ import annotations`` and no plain module imports here: every name
 # this module binds is either in ``__all__`` or private, so ``dir(asyncreader)`` shows only
 # the public surface.

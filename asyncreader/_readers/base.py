@@ -58,8 +58,9 @@ from .._errors import (
     OutOfRangeError,
 )
 from .._io.executor import IoCall, run_io_abandoning
-from .._runtime.checkpoint import check_taken_work
+from .._runtime.checkpoint import RestoredWork, check_taken_work
 from .._runtime.resources import SharedResource
+from .._runtime.stages import StageState, StageStatistics
 from .._yields import yield_budget
 from .state import (
     ReaderState,
@@ -409,6 +410,25 @@ class ReaderBase(SharedResource, ABC):
             f"work_units={self._finished}/{self._started}{work} buffered={self._n - self._pos}>"
         )
 
+    def _stage_statistics(self) -> StageStatistics:
+        """Where the reader's reads are, for the runtime's stage statistics."""
+        stats = self.statistics()
+        # Reads that went past the buffered fast path, each in a cancel scope of the reader
+        # (waiting for its lock or running). Without a work item they wait for the work queue.
+        active = len(self._scopes)
+        waiting_work = active if stats.current_work is None else 0
+        busy = active - waiting_work
+        state: StageState
+        if stats.closed:
+            state = "closed"
+        elif waiting_work:
+            state = "waiting_for_work"
+        elif busy:
+            state = "reading"
+        else:
+            state = "idle"
+        return StageStatistics("reader", self.name, state, 0, waiting_work, busy, stats)
+
     def statistics(self) -> ReaderStatistics:
         """Return a snapshot of the reader's progress."""
         return ReaderStatistics(
@@ -694,17 +714,19 @@ class ReaderBase(SharedResource, ABC):
         native = self._is_native_tree(tree)
         self._restore(tree[_IN_PROGRESS] if native else tree, native=native)
 
-    def _checkpoint_work(self, tree: Any) -> bytes:
-        """Return the work item a session checkpoint's tree would make the reader read.
-
-        Raises:
-            InvalidArgumentError: the tree is not a state of this reader.
-        """
+    def _checkpoint_work_items(self, tree: Any) -> RestoredWork | None:
+        """Return the work item a session checkpoint's tree would make the reader read
+        (``None`` for none, or for a tree that is not a state of this reader: the restore
+        rejects it)."""
         native = self._is_native_tree(tree)
         data = tree[_IN_PROGRESS] if native else tree
         if not isinstance(data, bytes):
-            raise InvalidArgumentError(f"Reader state must be bytes, not {type(data).__name__}")
-        return self._parse_state(data, native=native).current_work
+            return None
+        try:
+            work = self._parse_state(data, native=native).current_work
+        except InvalidArgumentError:
+            return None
+        return RestoredWork((work,)) if work else None
 
     def _is_native_tree(self, tree: Any) -> bool:
         return self._tf_state and isinstance(tree, dict) and set(tree) == {_IN_PROGRESS}
