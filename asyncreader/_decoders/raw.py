@@ -256,7 +256,7 @@ def _decode_record_batch(
         if not kept.size:
             return np.zeros((0, max(width, 0) // itemsize), dtype=dtype)
         if kept.size < count:
-            batch = batch._take(kept)
+            batch = batch.take(kept)
     else:
         width = int(lengths[0])
         mismatched = np.flatnonzero(lengths != width)

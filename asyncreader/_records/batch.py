@@ -28,7 +28,7 @@ from .._errors import InvalidArgumentError
 if TYPE_CHECKING:
     import pyarrow
 
-__all__ = ["KeyRun", "RecordBatch", "Segment"]
+__all__ = ["KeyRun", "RecordBatch", "Segment", "assemble"]
 
 _U8: Final = np.dtype(np.uint8)
 _I64: Final = np.dtype(np.int64)
@@ -160,13 +160,6 @@ class RecordBatch(Sequence[bytes]):
         self._data: Segment | None = segments[0] if len(segments) == 1 else None
 
     @classmethod
-    def _of(cls, segments: list[Segment], keys: list[KeyRun]) -> RecordBatch:
-        """A batch of framed segments and key runs (both covering the same records)."""
-        batch = cls.__new__(cls)
-        batch._init(segments, keys)
-        return batch
-
-    @classmethod
     def from_records(
         cls, keys: Sequence[bytes], values: Sequence[bytes], *, work: bytes | None = None
     ) -> RecordBatch:
@@ -212,7 +205,7 @@ class RecordBatch(Sequence[bytes]):
     def __getitem__(self, index: SupportsIndex | slice) -> bytes | RecordBatch:
         """Record ``index`` as ``bytes``; a slice gives a batch sharing the buffers."""
         if isinstance(index, slice):
-            return self._take(np.arange(self._len)[index])
+            return self.take(np.arange(self._len)[index])
         segment, j = self._locate(int(index))
         start = int(segment.starts[j])
         return segment.buffer[start : start + int(segment.lengths[j])].tobytes()
@@ -233,8 +226,16 @@ class RecordBatch(Sequence[bytes]):
             out += [view[s:e].tobytes() for s, e in zip(segment.starts.tolist(), ends, strict=True)]
         return out
 
-    def _take(self, picks: IntArray) -> RecordBatch:
-        """A batch of the records at ``picks`` (in that order), sharing the buffers."""
+    def take(self, indices: object) -> RecordBatch:
+        """Return a batch of the records at ``indices`` (in that order), sharing the buffers.
+
+        Raises:
+            IndexError: an index is out of range.
+        """
+        picks = np.asarray(indices, dtype=_I64).reshape(-1)
+        if len(picks) and (int(picks.min()) < -self._len or int(picks.max()) >= self._len):
+            raise IndexError(f"record index out of range for a batch of {self._len}")
+        picks = np.where(picks < 0, picks + self._len, picks)
         segments: list[Segment] = []
         for n, local in _runs(picks, self._counts):
             s = self._segments[n]
@@ -251,7 +252,39 @@ class RecordBatch(Sequence[bytes]):
                 assert run.keys is not None
                 keys = [run.keys[k] for k in local.tolist()]
                 runs.append(KeyRun(run.work, len(local), None, keys))
-        return RecordBatch._of(segments, runs)
+        return assemble(segments, runs)
+
+    def join(self, separator: bytes = b"") -> bytes:
+        """Return the records joined with ``separator``, as ``separator.join(b)`` would,
+        without making an object per record (one copy, none when the records already lie
+        that way in one block, as lines do)."""
+        if not self._len:
+            return b""
+        sep = np.frombuffer(separator, _U8)
+        if len(self._segments) == 1:
+            s = self._segments[0]
+            lo, hi = int(s.starts[0]), int(s.starts[-1] + s.lengths[-1])
+            gaps = s.starts[1:] - (s.starts[:-1] + s.lengths[:-1])
+            if bool(np.all(gaps == len(sep))) and (
+                not len(sep)
+                or bool(
+                    np.all(s.buffer[(s.starts[1:, None] - len(sep)) + np.arange(len(sep))] == sep)
+                )
+            ):
+                return s.buffer[lo:hi].tobytes()
+        records = np.concatenate([_gather(s) for s in self._segments])
+        if not len(sep):
+            return records.tobytes()
+        lengths = self.lengths
+        out = np.empty(len(records) + len(sep) * (self._len - 1), _U8)
+        is_sep = np.zeros(len(out), bool)
+        # Record i starts at the sum of the lengths before it plus i separators.
+        ends = np.cumsum(lengths[:-1]) + np.arange(self._len - 1) * len(sep)
+        for k in range(len(sep)):
+            out[ends + k] = sep[k]
+            is_sep[ends + k] = True
+        out[~is_sep] = records
+        return out.tobytes()
 
     # -- keys ----------------------------------------------------------------------------
 
@@ -420,6 +453,14 @@ class RecordBatch(Sequence[bytes]):
         elif works:
             where = f" from {len(works)} work items"
         return f"<RecordBatch {self._len} records, {size}, {self.nbytes} bytes{where}>"
+
+
+def assemble(segments: list[Segment], keys: list[KeyRun]) -> RecordBatch:
+    """A batch of framed segments and key runs (both covering the same records, in order):
+    how readers make the batches they return, without copying anything."""
+    batch = RecordBatch.__new__(RecordBatch)
+    batch._init(segments, keys)
+    return batch
 
 
 class _KeyView(Sequence[bytes]):

@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import asyncreader as ar
-from asyncreader._records.batch import KeyRun, RecordBatch, Segment
+from asyncreader._records.batch import KeyRun, RecordBatch, Segment, assemble
 
 DTYPES = ["uint8", "int16", "uint16", "int32", "int64", "float16", "float32", "float64",
           "complex64", "complex128", "bool"]  # fmt: skip
@@ -29,7 +29,7 @@ def framed(
         np.array(starts, np.int64),
         np.array([len(r) for r in records], np.int64),
     )
-    return RecordBatch._of([segment], [KeyRun(work, len(records), range(len(records)))])
+    return assemble([segment], [KeyRun(work, len(records), range(len(records)))])
 
 
 @settings(max_examples=150, deadline=None)

@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from asyncreader import InvalidArgumentError
-from asyncreader._records.batch import KeyRun, RecordBatch, Segment
+from asyncreader._records.batch import KeyRun, RecordBatch, Segment, assemble
 
 
 def framed(records: list[bytes], *, gap: int = 0, head: int = 0) -> Segment:
@@ -35,7 +35,7 @@ def batch_of(*parts: tuple[list[bytes], int], work: bytes = b"f") -> RecordBatch
         segments.append(framed(records, gap=gap, head=3))
         runs.append(KeyRun(work, len(records), range(n, n + len(records))))
         n += len(records)
-    return RecordBatch._of(segments, runs)
+    return assemble(segments, runs)
 
 
 RECORDS = [b"alpha", b"", b"gamma!", b"d" * 300]
@@ -66,7 +66,7 @@ def test_keys_are_tensorflows_and_built_on_demand() -> None:
 def test_keys_of_several_work_items_and_explicit_keys() -> None:
     segments = [framed([b"x", b"y"]), framed([b"z"])]
     runs = [KeyRun(b"a", 2, np.array([7, 19], np.int64)), KeyRun(b"b", 1, None, [b"b"])]
-    b = RecordBatch._of(segments, runs)
+    b = assemble(segments, runs)
     assert b.keys() == [b"a:7", b"a:19", b"b"]
     assert b.describe(2) == "record b'b'"
     assert b.work_item(0) == b"a"
@@ -87,7 +87,7 @@ def test_buffers_give_every_record_by_start_and_length() -> None:
 
 def test_one_segment_shares_the_readers_block() -> None:
     segment = framed(RECORDS, gap=12)
-    b = RecordBatch._of([segment], [KeyRun(b"f", 4, range(4))])
+    b = assemble([segment], [KeyRun(b"f", 4, range(4))])
     assert b.data is segment.buffer
     assert b.starts is segment.starts
 
@@ -95,7 +95,7 @@ def test_one_segment_shares_the_readers_block() -> None:
 def test_fixed_length_records_are_a_strided_view() -> None:
     records = [bytes([i]) * 7 for i in range(50)]
     segment = framed(records, gap=5, head=2)  # e.g. a header and a footer per record
-    b = RecordBatch._of([segment], [KeyRun(b"f", 50, range(50))])
+    b = assemble([segment], [KeyRun(b"f", 50, range(50))])
     array = b.to_numpy()
     assert array.shape == (50, 7)
     assert np.shares_memory(array, segment.buffer)
@@ -112,7 +112,7 @@ def test_to_numpy_copies_across_segments_and_uneven_steps() -> None:
         np.array([0, 4, 12], np.int64),  # skips a record: not one step
         np.array([4, 4, 4], np.int64),
     )
-    one = RecordBatch._of([seg], [KeyRun(b"f", 3, range(3))])
+    one = assemble([seg], [KeyRun(b"f", 3, range(3))])
     assert one.to_numpy().tolist() == [list(records[0]), list(records[1]), list(records[3])]
 
 
@@ -123,7 +123,7 @@ def test_to_numpy_refuses_unequal_lengths_naming_the_records() -> None:
 
 
 def test_empty_batch() -> None:
-    b = RecordBatch._of([], [])
+    b = assemble([], [])
     assert len(b) == 0
     assert b.tolist() == []
     assert b.keys() == []
@@ -163,7 +163,7 @@ def test_views_outlive_the_batch() -> None:
     views = []
     for i in range(200):
         records = [bytes([i % 256]) * 64] * 16
-        b = RecordBatch._of([framed(records, gap=8)], [KeyRun(b"f", 16, range(16))])
+        b = assemble([framed(records, gap=8)], [KeyRun(b"f", 16, range(16))])
         views.append((i, b.to_numpy(), b.data[b.starts[0] :]))
         del b
     gc.collect()
@@ -228,3 +228,31 @@ def test_any_segmentation_gives_the_same_records(parts: list[tuple[list[bytes], 
         assert [row.tobytes() for row in b.to_numpy()] == expected
     if len(expected) > 2:
         assert b[1::2].tolist() == expected[1::2]
+
+
+@pytest.mark.parametrize("separator", [b"", b"\n", b"\r\n", b"--"])
+def test_join_is_separator_join_of_the_records(separator: bytes) -> None:
+    b = batch_of((RECORDS[:2], 3), (RECORDS[2:], 0))
+    assert b.join(separator) == separator.join(RECORDS)
+    assert b[::-1].join(separator) == separator.join(RECORDS[::-1])
+    assert batch_of(([], 0)).join(separator) == b""
+
+
+def test_join_of_lines_in_their_block_is_one_slice() -> None:
+    block = np.frombuffer(b"head\nalpha\nbeta\n\ngamma\n", np.uint8)
+    starts = np.array([5, 11, 16, 17], np.int64)
+    lengths = np.array([5, 4, 0, 5], np.int64)
+    b = assemble([Segment(block, starts, lengths)], [KeyRun(b"t", 4, range(2, 6))])
+    assert b.join(b"\n") == b"alpha\nbeta\n\ngamma"
+    assert b.join(b"\r\n") == b"alpha\r\nbeta\r\n\r\ngamma"
+
+
+def test_take_picks_records_in_any_order() -> None:
+    b = batch_of((RECORDS[:2], 3), (RECORDS[2:], 0))
+    assert b.take([3, 0, -1]).tolist() == [RECORDS[3], RECORDS[0], RECORDS[3]]
+    assert b.take([3, 0, -1]).keys() == [b"f:3", b"f:0", b"f:3"]
+    assert b.take([]).tolist() == []
+    with pytest.raises(IndexError):
+        b.take([4])
+    with pytest.raises(IndexError):
+        b.take([-5])
