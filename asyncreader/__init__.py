@@ -76,10 +76,10 @@ from ._io.executor import set_io_threads as set_io_threads
 from ._io.filesystem import set_remote_timeouts as set_remote_timeouts
 
 # --- pipeline ---
-from ._pipeline.batching import (
+from ._pipeline.batcher import (
     Batcher as Batcher,
 )
-from ._pipeline.batching import (
+from ._pipeline.batcher import (
     BatcherStatistics as BatcherStatistics,
 )
 from ._pipeline.batching import (
