@@ -31,7 +31,7 @@ import numpy as np
 from .._errors import InvalidArgumentError, OutOfRangeError
 from .._queues.fifo import FIFOQueue
 from .._queues.padding import PaddingFIFOQueue
-from .._queues.random_shuffle import RandomShuffleQueue
+from .._queues.random_shuffle import RandomShuffleQueue, deterministic_shuffle_queue
 from .._queues.record_refs import RecordRefs, as_record_refs
 from .._runtime.checkpoint import owned_resources
 from .._runtime.context import current_checkpointer, current_session
@@ -434,18 +434,26 @@ class Batcher(Generic[BatchT]):
         refs = self._queue_record_refs()
         with owned_resources():  # saved with the batcher's checkpoint
             if self._kind == "shuffle":
-                hold = self._min_after_dequeue
                 if deterministic:
                     # Hand out a batch only from a full queue: which elements it holds
                     # then does not depend on how far the filling task ran ahead.
                     assert capacity is not None
-                    hold = capacity - self._batch_size
-                queue = RandomShuffleQueue(
-                    capacity, hold, dtypes, shapes, seed=self._seed, record_refs=refs
+                    return deterministic_shuffle_queue(
+                        capacity,
+                        self._batch_size,
+                        dtypes,
+                        shapes,
+                        seed=self._seed,
+                        record_refs=refs,
+                    )
+                return RandomShuffleQueue(
+                    capacity,
+                    self._min_after_dequeue,
+                    dtypes,
+                    shapes,
+                    seed=self._seed,
+                    record_refs=refs,
                 )
-                if deterministic:
-                    queue._atomic_many = True
-                return queue
             if self._kind == "padding":
                 return PaddingFIFOQueue(capacity, dtypes, shapes, record_refs=refs)
             return FIFOQueue(capacity, dtypes, _fixed(shapes), record_refs=refs)
