@@ -106,7 +106,7 @@ from ._pipeline.batching import (
 from ._pipeline.batching import (
     shuffle_batch_join as shuffle_batch_join,
 )
-from ._pipeline.producers import (
+from ._pipeline.input_producer import (
     ProducerStatistics as ProducerStatistics,
 )
 from ._pipeline.producers import (
