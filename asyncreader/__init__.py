@@ -92,10 +92,10 @@ from ._io.executor import set_io_threads as set_io_threads
 from ._io.filesystem import set_remote_timeouts as set_remote_timeouts
 
 # --- pipeline ---
-from ._pipeline.batching import (
+from ._pipeline.batcher import (
     Batcher as Batcher,
 )
-from ._pipeline.batching import (
+from ._pipeline.batcher import (
     BatcherStatistics as BatcherStatistics,
 )
 from ._pipeline.batching import (
@@ -122,7 +122,7 @@ from ._pipeline.batching import (
 from ._pipeline.batching import (
     shuffle_batch_join as shuffle_batch_join,
 )
-from ._pipeline.producers import (
+from ._pipeline.input_producer import (
     ProducerStatistics as ProducerStatistics,
 )
 from ._pipeline.producers import (
