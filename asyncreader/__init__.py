@@ -13,16 +13,19 @@ Everything public is importable from here: ``import asyncreader as ar``.
 # against this list). What a lower layer needs from a higher one is a protocol it defines:
 # the runtime's Checkpointable and Stage, the queues' re-readable record source.
 #
-#   1. _errors, errors, _error_policy, _typing, _yields   errors and shared types
-#   2. _io           the I/O executor, filesystems, CRC32C
-#   3. _records      TFRecord, line and fixed-length framing (sans-I/O); writer, iterators
-#   4. _decoders     decode_raw, decode_csv, parse_example
-#   5. _runtime      coordinator, queue runner, session, resources, checkpoints
-#   6. _queues       FIFO, random-shuffle, padding, priority queues; record references
-#   7. _readers      the reader protocol and the readers of each format
-#   8. _pipeline     input producers and batching
-#   9. cifar10       TensorFlow's CIFAR-10 input functions
-#  10. _cli          the command line
+#   1. _errors, _typing, _yields   the exception tree, shared types, the yield budget
+#   2. errors, _error_policy       the public errors module, the skip-or-raise policy
+#   3. _io           the I/O executor, filesystems, CRC32C
+#   4. _records      TFRecord, line and fixed-length framing (sans-I/O); RecordBatch;
+#                    writer, iterators
+#   5. _decoders     decode_raw, decode_csv, parse_example
+#   6. _runtime      coordinator, queue runner, session, resources, checkpoints
+#   7. _queues       FIFO, random-shuffle, padding, priority queues; record references
+#   8. _readers      the reader protocol and the readers of each format
+#   9. _pipeline     input producers and batching
+#  10. cifar10       the CIFAR-10 format, TensorFlow's input functions, synthetic data
+#  11. _demo         the training run of ``asyncreader demo``
+#  12. _cli          the command line
 #
 # No ``from __future__ import annotations`` and no plain module imports here: every name
 # this module binds is either in ``__all__`` or private, so ``dir(asyncreader)`` shows only

@@ -19,7 +19,7 @@ import numpy as np
 
 from .. import cifar10
 from .._runtime.session import Session
-from .model import SoftmaxClassifier
+from ..cifar10.model import SoftmaxClassifier
 
 if TYPE_CHECKING:
     from pathlib import Path

@@ -1,14 +1,8 @@
-"""CIFAR-10 input: TensorFlow's ``cifar10_input.py`` functions, vectorised over chunks.
+"""TensorFlow's ``cifar10_input.py`` input functions, vectorised over chunks of records.
 
-The CIFAR-10 binary version stores each example as one fixed-length record of
-:data:`RECORD_BYTES` = 3,073 bytes: a label byte (0-9) followed by a 32x32 colour image in
-channel-major order (1,024 red, then 1,024 green, then 1,024 blue bytes, rows top to
-bottom). The training set is ``data_batch_1.bin`` ... ``data_batch_5.bin`` (10,000 records
-each) and the test set ``test_batch.bin``.
-
-This module holds the parts of TensorFlow's classic ``cifar10_input.py`` that are pure
-numpy, rewritten to work on a whole *chunk* of records at once (a ``(n, 3073)`` uint8 array
-from :func:`asyncreader.decode_raw` on the values of one ``read_up_to``):
+The parts of TensorFlow's classic ``cifar10_input.py`` that are pure numpy, rewritten to
+work on a whole *chunk* of records at once (a ``(n, 3073)`` uint8 array from
+:func:`asyncreader.decode_raw` on the values of one ``read_up_to``):
 
 * :func:`parse_records` splits labels from images (a view, no copy);
 * :func:`distort_images` is ``distorted_inputs``' preprocessing — random 24x24 crop, random
@@ -17,11 +11,6 @@ from :func:`asyncreader.decode_raw` on the values of one ``read_up_to``):
 * :func:`distorted_inputs` / :func:`inputs` wire them into the queue pipeline
   (``string_input_producer`` -> ``FixedLengthRecordReader.read_up_to`` -> ``decode_raw`` ->
   augmentation on a worker thread -> ``shuffle_batch(..., enqueue_many=True)``).
-
-The format's constants, :func:`write_synthetic_dataset` (a CIFAR-10-format data set with
-learnable class structure, so the pipeline runs without a download) and
-:class:`SoftmaxClassifier` (the small numpy model ``asyncreader demo`` trains on it) live
-with the demo in ``asyncreader._demo`` and are re-exported here.
 """
 
 from __future__ import annotations
@@ -35,55 +24,33 @@ import anyio.to_thread
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
-from ._decoders.raw import decode_raw
-from ._demo.cifar10_format import (
+from .._decoders.raw import decode_raw
+from .._pipeline.batching import batch, shuffle_batch_join
+from .._pipeline.producers import string_input_producer
+from .._readers.fixed_length import FixedLengthRecordReader
+from .layout import (
     DEPTH,
     HEIGHT,
-    IMAGE_BYTES,
     LABEL_BYTES,
-    NUM_CLASSES,
     RECORD_BYTES,
     RECORDS_PER_FILE,
     TEST_FILE,
     TRAIN_FILES,
     WIDTH,
 )
-from ._demo.model import SoftmaxClassifier
-from ._demo.synthetic import (
-    DatasetInfo,
-    check_dataset,
-    synthetic_dataset,
-    write_synthetic_dataset,
-)
-from ._pipeline.batching import batch, shuffle_batch_join
-from ._pipeline.producers import string_input_producer
-from ._readers.fixed_length import FixedLengthRecordReader
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-    from ._pipeline.batching import Batcher
+    from .._pipeline.batching import Batcher
 
 __all__ = [
-    "DEPTH",
-    "HEIGHT",
-    "IMAGE_BYTES",
     "IMAGE_SIZE",
-    "LABEL_BYTES",
-    "NUM_CLASSES",
     "NUM_EXAMPLES_PER_EPOCH_FOR_EVAL",
     "NUM_EXAMPLES_PER_EPOCH_FOR_TRAIN",
-    "RECORD_BYTES",
-    "RECORDS_PER_FILE",
-    "TEST_FILE",
-    "TRAIN_FILES",
-    "WIDTH",
-    "DatasetInfo",
     "ImageChunker",
     "InputPipeline",
-    "SoftmaxClassifier",
     "central_crop",
-    "check_dataset",
     "distort_images",
     "distorted_inputs",
     "distorted_pipeline",
@@ -94,9 +61,7 @@ __all__ = [
     "random_brightness",
     "random_contrast",
     "random_crop_and_flip",
-    "synthetic_dataset",
     "to_float",
-    "write_synthetic_dataset",
 ]
 
 #: Side of the square crop fed to the model, as in ``cifar10_input.IMAGE_SIZE``.

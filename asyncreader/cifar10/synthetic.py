@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from .cifar10_format import (
+from .layout import (
     DEPTH,
     HEIGHT,
     IMAGE_BYTES,

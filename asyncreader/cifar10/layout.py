@@ -5,8 +5,8 @@ Each example is one fixed-length record of :data:`RECORD_BYTES` = 3,073 bytes: a
 then 1,024 blue bytes, rows top to bottom). The training set is ``data_batch_1.bin`` ...
 ``data_batch_5.bin`` (10,000 records each) and the test set ``test_batch.bin``.
 
-Both the synthetic data set (:mod:`.synthetic`) and the input functions of
-:mod:`asyncreader.cifar10`, which re-exports these names, are written against it.
+The synthetic data set (:mod:`.synthetic`) and the input functions (:mod:`.input_pipeline`) are
+written against it; :mod:`asyncreader.cifar10` re-exports these names.
 """
 
 from __future__ import annotations
