@@ -37,29 +37,17 @@ from . import errors as errors
 # --- decoders ---
 from ._decoders.csv import decode_csv as decode_csv
 from ._decoders.example import (
-    Example as Example,
-)
-from ._decoders.example import (
-    Feature as Feature,
-)
-from ._decoders.example import (
-    Features as Features,
-)
-from ._decoders.example import (
-    FixedLenFeature as FixedLenFeature,
-)
-from ._decoders.example import (
-    SparseTensorValue as SparseTensorValue,
-)
-from ._decoders.example import (
-    VarLenFeature as VarLenFeature,
-)
-from ._decoders.example import (
     parse_example as parse_example,
 )
 from ._decoders.example import (
     parse_single_example as parse_single_example,
 )
+from ._decoders.example_proto import Example as Example
+from ._decoders.example_proto import Feature as Feature
+from ._decoders.example_proto import Features as Features
+from ._decoders.features import FixedLenFeature as FixedLenFeature
+from ._decoders.features import SparseTensorValue as SparseTensorValue
+from ._decoders.features import VarLenFeature as VarLenFeature
 from ._decoders.policy import DecodeErrors as DecodeErrors
 from ._decoders.raw import decode_raw as decode_raw
 from ._error_policy import DeadLetter as DeadLetter

@@ -35,8 +35,6 @@ if TYPE_CHECKING:
     from .sources import ExampleSource
 
 __all__ = [
-    # The functions' result; named here too, where the functions that make it live.
-    "Batcher",
     "batch",
     "batch_join",
     "maybe_batch",

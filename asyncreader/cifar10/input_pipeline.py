@@ -42,7 +42,7 @@ from .layout import (
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-    from .._pipeline.batching import Batcher
+    from .._pipeline.batcher import Batcher
 
 __all__ = [
     "IMAGE_SIZE",
