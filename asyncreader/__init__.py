@@ -8,6 +8,25 @@ pipeline. Everything runs on anyio, under asyncio or trio.
 Everything public is importable from here: ``import asyncreader as ar``.
 """
 
+# Layers, lowest first. A module imports only from its own package or from a lower layer,
+# also under TYPE_CHECKING and inside functions (tests/test_layers.py checks every import
+# against this list). What a lower layer needs from a higher one is a protocol it defines:
+# the runtime's Checkpointable and Stage, the queues' re-readable record source.
+#
+#   1. _errors, _typing, _yields   the exception tree, shared types, the yield budget
+#   2. errors, _error_policy       the public errors module, the skip-or-raise policy
+#   3. _io           the I/O executor, filesystems, CRC32C
+#   4. _records      TFRecord, line and fixed-length framing (sans-I/O); RecordBatch;
+#                    writer, iterators
+#   5. _decoders     decode_raw, decode_csv, parse_example
+#   6. _runtime      coordinator, queue runner, session, resources, checkpoints
+#   7. _queues       FIFO, random-shuffle, padding, priority queues; record references
+#   8. _readers      the reader protocol and the readers of each format
+#   9. _pipeline     input producers and batching
+#  10. cifar10       the CIFAR-10 format, TensorFlow's input functions, synthetic data
+#  11. _demo         the training run of ``asyncreader demo``
+#  12. _cli          the command line
+#
 # No ``from __future__ import annotations`` and no plain module imports here: every name
 # this module binds is either in ``__all__`` or private, so ``dir(asyncreader)`` shows only
 # the public surface.
@@ -18,29 +37,17 @@ from . import errors as errors
 # --- decoders ---
 from ._decoders.csv import decode_csv as decode_csv
 from ._decoders.example import (
-    Example as Example,
-)
-from ._decoders.example import (
-    Feature as Feature,
-)
-from ._decoders.example import (
-    Features as Features,
-)
-from ._decoders.example import (
-    FixedLenFeature as FixedLenFeature,
-)
-from ._decoders.example import (
-    SparseTensorValue as SparseTensorValue,
-)
-from ._decoders.example import (
-    VarLenFeature as VarLenFeature,
-)
-from ._decoders.example import (
     parse_example as parse_example,
 )
 from ._decoders.example import (
     parse_single_example as parse_single_example,
 )
+from ._decoders.example_proto import Example as Example
+from ._decoders.example_proto import Feature as Feature
+from ._decoders.example_proto import Features as Features
+from ._decoders.features import FixedLenFeature as FixedLenFeature
+from ._decoders.features import SparseTensorValue as SparseTensorValue
+from ._decoders.features import VarLenFeature as VarLenFeature
 from ._decoders.policy import DecodeErrors as DecodeErrors
 from ._decoders.raw import decode_raw as decode_raw
 from ._error_policy import DeadLetter as DeadLetter
@@ -76,10 +83,10 @@ from ._io.executor import set_io_threads as set_io_threads
 from ._io.filesystem import set_remote_timeouts as set_remote_timeouts
 
 # --- pipeline ---
-from ._pipeline.batching import (
+from ._pipeline.batcher import (
     Batcher as Batcher,
 )
-from ._pipeline.batching import (
+from ._pipeline.batcher import (
     BatcherStatistics as BatcherStatistics,
 )
 from ._pipeline.batching import (
@@ -106,7 +113,7 @@ from ._pipeline.batching import (
 from ._pipeline.batching import (
     shuffle_batch_join as shuffle_batch_join,
 )
-from ._pipeline.producers import (
+from ._pipeline.input_producer import (
     ProducerStatistics as ProducerStatistics,
 )
 from ._pipeline.producers import (

@@ -47,6 +47,7 @@ import numpy as np
 
 from asyncreader import cifar10
 from asyncreader._cli.demo import default_cache_dir
+from asyncreader.cifar10 import input_pipeline
 
 BATCH = 128
 EPOCH = cifar10.NUM_EXAMPLES_PER_EPOCH_FOR_TRAIN
@@ -334,7 +335,9 @@ def main() -> None:
     parser.add_argument("--readers", type=int, default=2, help="reader tasks / worker threads")
     parser.add_argument("--backend", default="asyncio", choices=["asyncio", "trio"])
     parser.add_argument("--shuffle-buffer", type=int, default=int(0.4 * EPOCH))
-    parser.add_argument("--chunk", type=int, default=cifar10.DEFAULT_CHUNK, help="read_up_to size")
+    parser.add_argument(
+        "--chunk", type=int, default=input_pipeline.DEFAULT_CHUNK, help="read_up_to size"
+    )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--methods", default=",".join(METHODS), help="comma-separated subset")
     parser.add_argument("--child", choices=METHODS, help=argparse.SUPPRESS)

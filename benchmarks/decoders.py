@@ -23,7 +23,7 @@ import numpy as np
 
 import asyncreader as ar
 from asyncreader._decoders import csv as csv_module
-from asyncreader._decoders import example as example_module
+from asyncreader._decoders import example_layout
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -238,7 +238,7 @@ def bench_parse_example() -> None:
     }
 
     def per_example() -> Any:
-        with mock.patch.object(example_module, "_LAYOUT_MIN_BATCH", 10**9):
+        with mock.patch.object(example_layout, "LAYOUT_MIN_BATCH", 10**9):
             return ar.parse_example(batch, spec)
 
     rows: list[tuple[str, Callable[[], Any]]] = [

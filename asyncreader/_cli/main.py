@@ -3,7 +3,7 @@
 Subcommands:
 
 * ``asyncreader demo`` — the CIFAR-10 training input pipeline end to end (see
-  :mod:`asyncreader._cli.demo`);
+  :mod:`asyncreader._cli.demo` and :mod:`asyncreader._demo`);
 * ``asyncreader make-cifar10 DIR`` — write the synthetic CIFAR-10 binary files to ``DIR``;
 * ``asyncreader version`` — print the installed version.
 """
@@ -43,7 +43,7 @@ def _non_negative(text: str) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     """Return the argument parser of the ``asyncreader`` command."""
-    from .demo import DemoOptions
+    from .._demo.training import DemoOptions
 
     defaults = DemoOptions()
     parser = argparse.ArgumentParser(
@@ -144,9 +144,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             parser.error("--progress rich needs rich: pip install 'asyncreader[cli]'")
     try:
         if args.command == "demo":
+            from .._demo.training import DemoOptions
             from . import demo
 
-            options = demo.DemoOptions(
+            options = DemoOptions(
                 data_dir=args.data_dir,
                 cache_dir=args.cache_dir,
                 steps=args.steps,

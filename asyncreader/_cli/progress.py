@@ -9,35 +9,20 @@ from __future__ import annotations
 
 import sys
 import time
-from typing import TYPE_CHECKING, Any, Protocol, Self, TextIO
+from typing import TYPE_CHECKING, Any, Self, TextIO
 
 if TYPE_CHECKING:
     from types import TracebackType
 
+    from .._demo.training import Progress
+
 __all__ = [
     "NullProgress",
     "PlainProgress",
-    "Progress",
     "RichProgress",
     "have_rich",
     "make_progress",
 ]
-
-
-class Progress(Protocol):
-    """What the training loop reports to; a context manager that ends the display."""
-
-    def update(self, completed: int, status: str) -> None:
-        """Show that ``completed`` of the total steps are done, with a status text."""
-
-    def __enter__(self) -> Self: ...
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None: ...
 
 
 class NullProgress:
@@ -186,7 +171,7 @@ def make_progress(
         stream: Where to write; default standard error.
 
     Returns:
-        A :class:`Progress`.
+        A display satisfying :class:`asyncreader._demo.training.Progress`.
 
     Raises:
         ValueError: ``kind`` is unknown, or ``"rich"`` was asked for without rich installed.

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from .._errors import InvalidArgumentError
+from .._records.batch import RecordBatch
 from .dtypes import STRING, resolve_dtype, tf_name
 from .numbers import parse_float, parse_int, round_float32_ties
 from .policy import check_keys, check_on_error, check_skip_shape, decode_guarded
@@ -137,6 +138,10 @@ def decode_csv(
         raise InvalidArgumentError("field_delim should be only 1 char")
     na = to_bytes(na_value)
     columns = [_column(i, default) for i, default in enumerate(record_defaults)]
+    if isinstance(records, RecordBatch):
+        return _decode_record_batch(
+            records, columns, delim, use_quote_delim, na, select, errors, keys
+        )
     items, shape = flatten_strings(records)
     key_list = check_keys(keys, len(items))
     skipping = check_skip_shape(errors, shape)
@@ -145,7 +150,8 @@ def decode_csv(
         part = items if len(span) == len(items) else items[span.start : span.stop]
         if not part:
             return [np.empty(0, dtype=column.dtype) for column in columns]
-        outputs = _fast_path(part, columns, delim, use_quote_delim, na, select)
+        joined = b"\n".join(part)
+        outputs = _fast_path(joined, len(part), columns, delim, use_quote_delim, na, select)
         if outputs is None:
             outputs = _exact_path(part, columns, delim[0], use_quote_delim, na, select, span.start)
         return outputs
@@ -154,6 +160,37 @@ def decode_csv(
     if skipping:
         return outputs
     return [output.reshape(shape) for output in outputs]
+
+
+def _decode_record_batch(
+    batch: RecordBatch,
+    columns: list[_Column],
+    delim: bytes,
+    use_quote: bool,
+    na: bytes,
+    select: tuple[int, ...] | None,
+    errors: DecodeErrors | None,
+    keys: object,
+) -> list[np.ndarray]:
+    """``decode_csv`` of a reader's batch: the lines are joined straight from the block they
+    were read into (no object per line) and errors name the work item and record key."""
+    count = len(batch)
+    given = check_keys(keys, count)
+    key_seq: Sequence[bytes] = batch.key_view() if given is None else given
+    check_skip_shape(errors, (count,))
+
+    def decode(span: range) -> list[np.ndarray]:
+        part = batch if len(span) == count else batch[span.start : span.stop]
+        if not len(part):
+            return [np.empty(0, dtype=column.dtype) for column in columns]
+        joined = part.join(b"\n")
+        outputs = _fast_path(joined, len(part), columns, delim, use_quote, na, select)
+        if outputs is None:
+            lines = part.tolist()
+            outputs = _exact_path(lines, columns, delim[0], use_quote, na, select, span.start)
+        return outputs
+
+    return decode_guarded(count, decode, _concatenate, errors, key_seq)
 
 
 def _concatenate(pieces: list[list[np.ndarray]]) -> list[np.ndarray]:
@@ -371,18 +408,18 @@ def _to_array(values: list[object], dtype: np.dtype[np.generic]) -> np.ndarray:
 
 
 def _fast_path(
-    items: Sequence[bytes],
+    joined: bytes,
+    count: int,
     columns: list[_Column],
     delim: bytes,
     use_quote: bool,
     na: bytes,
     select: tuple[int, ...] | None,
 ) -> list[np.ndarray] | None:
-    """Decode a batch without per-record work, or return None to use the exact path."""
-    count = len(items)
+    """Decode ``count`` records joined by newlines without per-record work, or return
+    None to use the exact path."""
     if not columns or delim in b'"\r\n':
         return None
-    joined = b"\n".join(items)
     if (
         (use_quote and b'"' in joined)
         or b"\r" in joined

@@ -8,11 +8,14 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from .._errors import InvalidArgumentError
+from .._records.batch import RecordBatch
 from .dtypes import resolve_dtype, tf_name
 from .policy import check_keys, check_on_error, check_skip_shape, with_key
 from .strings import flatten_strings
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from .._error_policy import OnError
     from .policy import DecodeErrors
 
@@ -103,6 +106,8 @@ def decode_raw(
     """
     errors = check_on_error(on_error)
     dtype = resolve_dtype(out_type)
+    if isinstance(data, RecordBatch):
+        return _decode_record_batch(data, dtype, little_endian, fixed_length, errors, keys)
     if errors is not None or keys is not None:
         return _decode_guarded(data, dtype, little_endian, fixed_length, errors, keys)
     if fixed_length is not None:
@@ -200,6 +205,103 @@ def _decode_guarded(
     return decode_raw(good, dtype, little_endian).reshape(kept.size, -1)
 
 
+def _decode_record_batch(
+    batch: RecordBatch,
+    dtype: np.dtype[np.generic],
+    little_endian: bool,
+    fixed_length: int | None,
+    errors: DecodeErrors | None,
+    keys: object,
+) -> np.ndarray:
+    """``decode_raw`` of a reader's batch, from its buffers: records of one length become
+    a view of the block they were read into where the alignment allows."""
+    given = check_keys(keys, len(batch))
+    key_seq: Sequence[bytes] = batch.key_view() if given is None else given
+    if fixed_length is not None:
+        result = _decode_padded(batch, dtype, little_endian, fixed_length)
+        if errors is not None:
+            errors._finish(np.arange(len(batch), dtype=np.int64))
+        return result
+    if dtype not in _RAW_TYPES:
+        raise InvalidArgumentError(
+            f"Value for attr 'out_type' of {tf_name(dtype)} is not in the list of allowed "
+            f"values: {_RAW_ALLOWED}"
+        )
+    itemsize = dtype.itemsize
+    lengths = batch.lengths
+    count = len(lengths)
+    if count == 0:
+        if errors is not None:
+            errors._finish(np.zeros(0, dtype=np.int64))
+        return np.zeros((0, 0), dtype=dtype)
+    if check_skip_shape(errors, (count,)):
+        assert errors is not None
+        width = _usual_width(lengths, itemsize)
+        for index in np.flatnonzero(lengths != width).tolist():
+            size = int(lengths[index])
+            if width < 0 or size % itemsize:
+                message = (
+                    f"Input to DecodeRaw has length {size} that is not a multiple of "
+                    f"{itemsize}, the size of {tf_name(dtype)}"
+                )
+            else:
+                message = (
+                    "DecodeRaw requires input strings to all be the same size, but element "
+                    f"{index} has size {width} != {size}"
+                )
+            error = with_key(InvalidArgumentError(message, record=index), key_seq)
+            errors._note(error, index, key_seq[index])
+        kept = np.flatnonzero(lengths == width).astype(np.int64)
+        errors._finish(kept)
+        if not kept.size:
+            return np.zeros((0, max(width, 0) // itemsize), dtype=dtype)
+        if kept.size < count:
+            batch = batch.take(kept)
+    else:
+        width = int(lengths[0])
+        mismatched = np.flatnonzero(lengths != width)
+        if mismatched.size:
+            index = int(mismatched[0])
+            raise with_key(
+                InvalidArgumentError(
+                    "DecodeRaw requires input strings to all be the same size, but element "
+                    f"{index} has size {width} != {int(lengths[index])}",
+                    record=index,
+                ),
+                key_seq,
+            )
+        if width % itemsize:
+            raise with_key(
+                InvalidArgumentError(
+                    f"Input to DecodeRaw has length {width} that is not a multiple of "
+                    f"{itemsize}, the size of {tf_name(dtype)}",
+                    record=0,
+                ),
+                key_seq,
+            )
+        if errors is not None:
+            errors._finish(np.arange(count, dtype=np.int64))
+    return _numbers_of_rows(batch.to_numpy(), dtype, little_endian)
+
+
+def _numbers_of_rows(
+    rows: np.ndarray, dtype: np.dtype[np.generic], little_endian: bool
+) -> np.ndarray:
+    """Reinterpret a ``(n, width)`` byte matrix as ``(n, width // itemsize)`` numbers: a
+    view when its rows are aligned for ``dtype`` and in native order, else a copy."""
+    if dtype.kind == "b":
+        truth: np.ndarray = rows != 0  # any non-zero byte is true
+        return truth
+    if rows.shape[1] == 0:
+        return np.zeros((rows.shape[0], 0), dtype=dtype)
+    itemsize = dtype.itemsize
+    aligned = rows.ctypes.data % dtype.alignment == 0 and rows.strides[0] % itemsize == 0
+    numbers = (rows if aligned else np.ascontiguousarray(rows)).view(dtype)
+    if little_endian != _HOST_LITTLE and itemsize > 1:
+        numbers = numbers.byteswap()  # a copy: the reader's block stays as it was read
+    return numbers
+
+
 def _usual_width(lengths: np.ndarray, itemsize: int) -> int:
     """The most common record length that is a multiple of ``itemsize`` (the first seen on
     a tie), or -1 when there is none."""
@@ -227,6 +329,17 @@ def _decode_padded(
             f"fixed_length ({fixed_length}) must be a multiple of the size of out_type "
             f"({dtype.itemsize})"
         )
+    if isinstance(data, RecordBatch):
+        count = len(data)
+        out_shape: tuple[int, ...] = (count, fixed_length // dtype.itemsize)
+        if count == 0:
+            return np.zeros(out_shape, dtype=dtype)
+        lengths = data.lengths
+        if (lengths == lengths[0]).all():
+            return _pad_matrix(data.to_numpy(), dtype, little_endian, fixed_length, out_shape)
+        source = data.data
+        starts = data.starts
+        return _pad_scatter(source, starts, lengths, dtype, little_endian, fixed_length, out_shape)
     items, shape = flatten_strings(data)
     count = len(items)
     out_shape = (*shape, fixed_length // dtype.itemsize)
@@ -237,18 +350,41 @@ def _decode_padded(
     if (lengths == fixed_length).all():
         return _finish(joined, dtype, little_endian, out_shape)
     if (lengths == lengths[0]).all():
-        # One length for all: truncate or pad every row with one strided copy.
-        width = int(lengths[0])
-        rows = np.frombuffer(joined, dtype=np.uint8).reshape(count, width)
-        matrix = np.zeros((count, fixed_length), dtype=np.uint8)
-        prefix = min(width, fixed_length)
-        matrix[:, :prefix] = rows[:, :prefix]
-        return _finish(matrix, dtype, little_endian, out_shape)
-    # Truncate / zero-pad every row at once: scatter the kept prefix of each string into a
-    # zeroed (count, fixed_length) byte matrix. Padding happens before any byte swap, so a
-    # short string never reads past its end.
+        rows = np.frombuffer(joined, dtype=np.uint8).reshape(count, int(lengths[0]))
+        return _pad_matrix(rows, dtype, little_endian, fixed_length, out_shape)
     source = np.frombuffer(joined, dtype=np.uint8)
     starts = np.cumsum(lengths) - lengths
+    return _pad_scatter(source, starts, lengths, dtype, little_endian, fixed_length, out_shape)
+
+
+def _pad_matrix(
+    rows: np.ndarray,
+    dtype: np.dtype[np.generic],
+    little_endian: bool,
+    fixed_length: int,
+    out_shape: tuple[int, ...],
+) -> np.ndarray:
+    """Truncate or zero-pad rows of one length with one strided copy."""
+    count, width = rows.shape
+    matrix = np.zeros((count, fixed_length), dtype=np.uint8)
+    prefix = min(width, fixed_length)
+    matrix[:, :prefix] = rows[:, :prefix]
+    return _finish(matrix, dtype, little_endian, out_shape)
+
+
+def _pad_scatter(
+    source: np.ndarray,
+    starts: np.ndarray,
+    lengths: np.ndarray,
+    dtype: np.dtype[np.generic],
+    little_endian: bool,
+    fixed_length: int,
+    out_shape: tuple[int, ...],
+) -> np.ndarray:
+    """Truncate / zero-pad every record at once: scatter the kept prefix of each into a
+    zeroed (count, fixed_length) byte matrix. Padding happens before any byte swap, so a
+    short record never reads past its end."""
+    count = len(lengths)
     kept = np.minimum(lengths, fixed_length)
     columns = np.arange(fixed_length)
     mask = columns[None, :] < kept[:, None]

@@ -1,7 +1,14 @@
-"""Input producers and batching.
+"""Input producers and batching: the top of the input pipeline, above readers and queues.
 
-``producers`` holds the queues that are refilled epoch after epoch (file names, indices,
-rows of arrays); ``batching`` holds ``batch`` / ``shuffle_batch`` and their variants, which
-turn an example source into batches through a queue and a QueueRunner. ``_structure`` maps
-user examples (tuples, dicts, lists, single values) to queue components and back.
+Producers (queues refilled epoch after epoch with file names, indices or rows of arrays):
+``producers`` holds the public functions, ``slice_input_producer`` and ``limit_epochs``;
+``input_producer`` the :class:`InputProducer` op behind each, with its checkpoints.
+
+Batching (examples in, batches out through a queue and a QueueRunner): ``batching`` holds
+``batch`` / ``shuffle_batch`` and their variants, which describe the request in a
+``BatchSpec``; ``batcher`` the :class:`Batcher` built from it (its queue, runner and
+checkpoints); ``sources`` the example-source adapter and the enqueue step.
+
+``structure`` maps user examples (tuples, dicts, lists, single values) to queue components
+and back; ``common`` finds the Coordinator a producer or batcher runs in.
 """

@@ -20,29 +20,29 @@ To stay cooperative, every :data:`YIELD_INTERVAL`-th operation on a queue yields
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import itertools
 import operator
 import sys
 from collections import deque
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar, Generic, Protocol, SupportsIndex
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, SupportsIndex
 
 import anyio
-from anyio.lowlevel import checkpoint
+import anyio.lowlevel
 
 from .._errors import (
-    FailedPreconditionError,
     InvalidArgumentError,
     OutOfRangeError,
     QueueClosedError,
 )
 from .._runtime.checkpoint import current_stage
-from .._runtime.context import current_coordinator
 from .._runtime.resources import SharedResource
+from .._runtime.stages import StageState, StageStatistics
 from .._typing import ElementT
 from .._yields import yield_budget
+from .attempts import BATCH, CLOSE, ENQUEUE, SINGLE, Attempt, new_wakeup
+from .checkpointing import QueueCheckpointing
 from .record_refs import RecordRefsArg, RefLayout, as_record_refs
 
 if TYPE_CHECKING:
@@ -61,12 +61,6 @@ YIELD_INTERVAL = 256
 
 _UNBOUNDED = sys.maxsize
 
-# Kinds of attempt.
-_ENQUEUE = 0
-_CLOSE = 1
-_SINGLE = 2  # dequeue()
-_BATCH = 3  # dequeue_many() / dequeue_up_to()
-_REREAD = 4  # a restored queue's stored elements, while their records are read again
 _PENDING: Any = object()
 
 
@@ -95,87 +89,6 @@ class QueueStatistics:
     total_dequeued: int
 
 
-class _AsyncioWakeup:
-    """A one-shot wakeup for a task waiting on asyncio: a bare future.
-
-    Cheaper than an Event; anyio cancel scopes cancel the awaiting task as usual.
-    """
-
-    __slots__ = ("_future",)
-
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        self._future: asyncio.Future[None] = loop.create_future()
-
-    def set(self) -> None:
-        if not self._future.done():  # done: already woken, or cancelled with its task
-            self._future.set_result(None)
-
-    async def wait(self) -> None:
-        await self._future
-
-
-class _Wakeup(Protocol):
-    """What a blocked attempt waits on: set once by whoever unblocks it."""
-
-    def set(self) -> None: ...
-
-    async def wait(self) -> None: ...
-
-
-#: The trio wakeup class, imported the first time a queue waits on trio (so asyncio-only
-#: programs never import trio, and no wakeup pays for an import statement).
-_trio_wakeup: Callable[[], _Wakeup] | None = None
-
-
-def _new_wakeup() -> _Wakeup:
-    global _trio_wakeup  # filled once, on the first wait on trio
-    try:
-        loop = asyncio.get_running_loop()
-    except RuntimeError:  # not asyncio: anyio's other backend, trio
-        if _trio_wakeup is None:
-            from .trio_wakeup import TrioWakeup
-
-            _trio_wakeup = TrioWakeup
-        return _trio_wakeup()
-    return _AsyncioWakeup(loop)
-
-
-class _Waiter:
-    """One blocked attempt."""
-
-    __slots__ = (
-        "error",
-        "event",
-        "ghost",
-        "items",
-        "kind",
-        "need",
-        "pos",
-        "stage",
-        "taken",
-        "unread",
-        "up_to",
-        "woken",
-    )
-
-    def __init__(self, kind: int) -> None:
-        self.kind = kind
-        # A restored enqueue (or close) whose task is gone: the queue runs it itself.
-        self.ghost = False
-        # Made by a pipeline stage's task (see asyncreader._runtime.checkpoint).
-        self.stage = False
-        self.woken = True  # True while the attempt runs: nobody needs to wake it
-        self.event: _Wakeup | None = None
-        self.error: BaseException | None = None
-        self.items: list[Any] = []
-        self.pos = 0
-        self.need = 0
-        self.taken: list[Any] = []
-        self.up_to = False
-        # A restored ghost whose records are still being read again: their references.
-        self.unread: Any = None
-
-
 def as_int(value: object) -> int | None:
     """Return ``value`` as an int if it is an integer (numpy integers too, not bools)."""
     if isinstance(value, bool):
@@ -195,7 +108,7 @@ def _normalize_capacity(capacity: SupportsIndex | None) -> int:
     return _UNBOUNDED if value < 0 else value
 
 
-class QueueBase(SharedResource, Generic[ElementT]):
+class QueueBase(QueueCheckpointing, SharedResource, Generic[ElementT]):
     """Behaviour common to every queue type; subclasses supply the storage.
 
     Storage hooks: :attr:`_buf` (anything with ``len``), the callables :attr:`_push` (one
@@ -242,8 +155,8 @@ class QueueBase(SharedResource, Generic[ElementT]):
         self._auto_name = f"{type(self).__name__}_{next(QueueBase._counter)}"
         self._closed = False
         self._hold = 0
-        self._enqueuers: deque[_Waiter] = deque()
-        self._dequeuers: deque[_Waiter] = deque()
+        self._enqueuers: deque[Attempt] = deque()
+        self._dequeuers: deque[Attempt] = deque()
         self._yield_due = yield_budget(YIELD_INTERVAL)
         self._peak = 0
         self._total_in = 0
@@ -323,6 +236,21 @@ class QueueBase(SharedResource, Generic[ElementT]):
             sum(1 for w in self._dequeuers if not w.woken),
         )
 
+    def _stage_statistics(self) -> StageStatistics:
+        """Where the queue's tasks are, for the runtime's stage statistics."""
+        stats = self.statistics()
+        enq, deq = self._blocked()
+        state: StageState
+        if enq and deq:
+            state = "deadlocked"
+        elif enq:
+            state = "full"
+        elif deq:
+            state = "starved"
+        else:
+            state = "closed" if stats.closed else "idle"
+        return StageStatistics("queue", self.name, state, enq, deq, 0, stats)
+
     def __repr__(self) -> str:
         cap = "unbounded" if self._cap == _UNBOUNDED else str(self._cap)
         return (
@@ -354,168 +282,6 @@ class QueueBase(SharedResource, Generic[ElementT]):
         :attr:`_push_list` must insert them to rebuild the storage (FIFO storage)."""
         return taken + list(self._buf)
 
-    # -- checkpoints -------------------------------------------------------------------------
-
-    def _checkpoint_save(self) -> dict[str, Any]:
-        """Return the queue's contents and waiting enqueues as a checkpoint tree.
-
-        Synchronous, so it sees one consistent instant: elements a blocked
-        ``dequeue_many`` holds count as stored (they would be put back); elements a
-        blocked enqueue has not inserted yet are kept as a pending enqueue, which a
-        restored queue inserts by itself, ahead of any new enqueue, as room frees.
-        """
-        taken: list[Any] = []
-        for w in self._dequeuers:
-            taken.extend(w.taken)
-        stored = None
-        pending: list[Any] = []
-        for w in self._enqueuers:
-            if w.kind == _REREAD:
-                stored = w.unread  # not read again yet: the queue is still empty
-            elif w.kind == _CLOSE:
-                pending.append({"close": True})
-            elif w.unread is not None:
-                pending.append({"items": w.unread})
-            elif w.pos < len(w.items):
-                pending.append({"items": self._save_rows(w.items[w.pos :])})
-        if stored is None:
-            stored = self._save_rows(self._stored_rows(taken))
-        tree = {
-            "type": type(self).__name__,
-            "config": self._shared_config(),
-            "stored": stored,
-            "pending": pending,
-            "closed": self._closed,
-            "counters": (self._peak, self._total_in, self._total_out),
-            "extra": self._checkpoint_extra(),
-        }
-        if self._refs is not None:
-            tree["record_refs"] = self._refs.header()
-        return tree
-
-    def _save_rows(self, rows: list[Any]) -> Any:
-        snapshot = self._codec.snapshot_rows(rows)
-        return snapshot if self._refs is None else self._refs.strip(snapshot)
-
-    def _checkpoint_restore(self, tree: Any) -> None:
-        """Load a tree from :meth:`_checkpoint_save` into this new, unused queue.
-
-        Raises:
-            InvalidArgumentError: the tree comes from a queue of another type or
-                configuration, or is malformed.
-        """
-        try:
-            kind, config = tree["type"], tree["config"]
-        except (TypeError, KeyError):
-            raise InvalidArgumentError(f"malformed checkpoint of queue '{self.name}'") from None
-        if kind != type(self).__name__ or config != self._shared_config():
-            raise InvalidArgumentError(
-                f"checkpoint of {kind} {config} does not fit {type(self).__name__} "
-                f"'{self.name}' {self._shared_config()}"
-            )
-        if self._buf or self._enqueuers or self._dequeuers or self._total_in:
-            raise FailedPreconditionError(f"queue '{self.name}' was used before its restore")
-        refs = self._refs
-        saved_refs = tree.get("record_refs")
-        if refs is None and saved_refs is not None:
-            raise InvalidArgumentError(
-                f"queue '{self.name}' saved its records as references: build it with the "
-                "same record_refs to restore it"
-            )
-        if refs is not None:
-            if saved_refs is None:
-                raise InvalidArgumentError(
-                    f"queue '{self.name}' has record_refs, but its checkpoint saved payloads"
-                )
-            refs.check(saved_refs)
-        codec = self._codec
-        if refs is None:
-            self._push_list(codec.restore_rows(tree["stored"]))
-        else:
-            # Everything waits behind the stored elements until their records are read
-            # again (by a task of the current coordinator, see _reread_records).
-            w = _Waiter(_REREAD)
-            w.ghost = True
-            w.unread = tree["stored"]
-            self._enqueuers.append(w)
-        for entry in tree["pending"]:
-            w = _Waiter(_CLOSE if "close" in entry else _ENQUEUE)
-            w.ghost = True
-            if "items" in entry:
-                if refs is None:
-                    w.items = codec.restore_rows(entry["items"])
-                else:
-                    w.unread = entry["items"]
-            self._enqueuers.append(w)
-        if tree["closed"]:
-            if refs is None:
-                self._set_closed()
-            else:  # closing now would end dequeues before the records are back
-                w = _Waiter(_CLOSE)
-                w.ghost = True
-                self._enqueuers.append(w)
-        self._peak, self._total_in, self._total_out = (int(c) for c in tree["counters"])
-        self._checkpoint_restore_extra(tree["extra"])
-        if refs is None:
-            self._run_ghosts()
-            return
-        coord = current_coordinator()
-        if coord is None:
-            raise FailedPreconditionError(
-                f"queue '{self.name}' restores records by reading them again: restore it "
-                "inside a Session"
-            )
-        coord.start_soon(self._reread_records, name=f"{self.name}-reread")
-
-    async def _reread_records(self) -> None:
-        """Read the records of a restored queue again, then let the queue go on."""
-        assert self._refs is not None
-        waiting = [w for w in self._enqueuers if w.unread is not None]
-        snapshots = await self._refs.restore([w.unread for w in waiting])
-        for w, snapshot in zip(waiting, snapshots, strict=True):
-            rows = self._codec.restore_rows(snapshot)
-            w.unread = None
-            if w.kind == _REREAD:
-                if w in self._enqueuers:  # not dropped by close(cancel_pending_enqueues)
-                    self._enqueuers.remove(w)
-                    self._push_list(rows)
-            else:
-                w.items = rows
-        self._notify()
-
-    def _checkpoint_extra(self) -> Any:
-        """Storage state beyond the elements (RandomShuffleQueue's generators)."""
-        return None
-
-    def _checkpoint_restore_extra(self, extra: Any) -> None:
-        """Restore what :meth:`_checkpoint_extra` returned."""
-
-    def _run_ghosts(self) -> None:
-        """Run restored enqueues at the head of the enqueue side, as far as room allows."""
-        side = self._enqueuers
-        while side and side[0].ghost:
-            w = side[0]
-            if w.kind == _REREAD:
-                return  # still reading the stored elements again: everything waits
-            if w.kind == _CLOSE:
-                side.popleft()
-                if not self._closed:
-                    self._set_closed()
-                continue
-            if self._closed:  # as the enqueue it stands for would have failed
-                side.popleft()
-                continue
-            room = self._cap - len(self._buf)
-            if room <= 0:
-                return
-            end = min(len(w.items), w.pos + room)
-            self._push_list(w.items[w.pos : end])
-            self._note_inserted(end - w.pos)
-            w.pos = end
-            if end < len(w.items):
-                return
-            side.popleft()
-
     # -- errors ------------------------------------------------------------------------------
 
     def _closed_error(self) -> QueueClosedError:
@@ -536,7 +302,7 @@ class QueueBase(SharedResource, Generic[ElementT]):
             self._run_ghosts()
         if self._enqueuers:
             w = self._enqueuers[0]
-            if not w.woken and (w.kind == _CLOSE or self._closed or len(self._buf) < self._cap):
+            if not w.woken and (w.kind == CLOSE or self._closed or len(self._buf) < self._cap):
                 w.woken = True
                 w.event.set()  # type: ignore[union-attr]
         if self._dequeuers:
@@ -545,7 +311,7 @@ class QueueBase(SharedResource, Generic[ElementT]):
                 w.woken = True
                 w.event.set()  # type: ignore[union-attr]
 
-    def _dequeue_ready(self, w: _Waiter) -> bool:
+    def _dequeue_ready(self, w: Attempt) -> bool:
         if self._closed:
             return True
         if self._atomic_many:
@@ -556,20 +322,16 @@ class QueueBase(SharedResource, Generic[ElementT]):
         self._closed = True
         self._hold = 0
 
-    async def _wait(self, w: _Waiter) -> None:
-        event = w.event = _new_wakeup()
+    async def _wait(self, w: Attempt) -> None:
+        event = w.event = new_wakeup()
         w.woken = False
         stage = current_stage()
         if stage is None:
             await event.wait()
             return
         # A stage task blocked here holds nothing but ``w``: a checkpoint may be taken.
-        w.stage = True
-        stage.waiter = w
-        try:
+        with stage.blocked(self, w, dequeue=w.kind in (SINGLE, BATCH)):
             await event.wait()
-        finally:
-            stage.waiter = None
 
     def _note_inserted(self, count: int) -> None:
         self._total_in += count
@@ -595,7 +357,7 @@ class QueueBase(SharedResource, Generic[ElementT]):
         """
         elem = self._codec.encode_one(vals) if self._typed else vals
         if self._yield_due():
-            await checkpoint()
+            await anyio.lowlevel.checkpoint()  # a scheduling point
         if not self._enqueuers:
             if self._closed:
                 raise self._closed_error()
@@ -653,7 +415,7 @@ class QueueBase(SharedResource, Generic[ElementT]):
         if not items:
             return
         if self._yield_due():
-            await checkpoint()
+            await anyio.lowlevel.checkpoint()  # a scheduling point
         if not self._enqueuers:
             if self._closed:
                 raise self._closed_error()
@@ -688,7 +450,7 @@ class QueueBase(SharedResource, Generic[ElementT]):
             self._notify()
 
     async def _enqueue_slow(self, items: list[Any]) -> None:
-        w = _Waiter(_ENQUEUE)
+        w = Attempt(ENQUEUE)
         w.items = items
         self._enqueuers.append(w)
         try:
@@ -702,7 +464,7 @@ class QueueBase(SharedResource, Generic[ElementT]):
             self._withdraw(self._enqueuers, w)
             raise
 
-    def _run_enqueue(self, w: _Waiter) -> bool:
+    def _run_enqueue(self, w: Attempt) -> bool:
         """Let head attempt ``w`` make progress; return True when it completed."""
         if self._closed:
             self._enqueuers.popleft()
@@ -726,7 +488,7 @@ class QueueBase(SharedResource, Generic[ElementT]):
                 self._notify()
         return False
 
-    def _withdraw(self, side: deque[_Waiter], w: _Waiter) -> None:
+    def _withdraw(self, side: deque[Attempt], w: Attempt) -> None:
         """Remove a finished, failed or cancelled attempt and pass any wakeup on."""
         with contextlib.suppress(ValueError):  # already removed
             side.remove(w)
@@ -771,7 +533,7 @@ class QueueBase(SharedResource, Generic[ElementT]):
         if not self._enqueuers:
             self._run_close()
             return
-        w = _Waiter(_CLOSE)
+        w = Attempt(CLOSE)
         self._enqueuers.append(w)
         try:
             while True:
@@ -806,7 +568,7 @@ class QueueBase(SharedResource, Generic[ElementT]):
             OutOfRangeError: the queue is closed and empty.
         """
         if self._yield_due():
-            await checkpoint()
+            await anyio.lowlevel.checkpoint()  # a scheduling point
         if not self._dequeuers:
             if len(self._buf) > self._hold:
                 elem = self._pop()
@@ -818,7 +580,7 @@ class QueueBase(SharedResource, Generic[ElementT]):
                 return out
             if self._closed:
                 raise self._insufficient(1, len(self._buf), many=False)
-        taken = await self._dequeue_slow(1, _SINGLE)
+        taken = await self._dequeue_slow(1, SINGLE)
         out = self._codec.decode_one(taken[0]) if self._typed else taken[0]
         return out
 
@@ -955,7 +717,7 @@ class QueueBase(SharedResource, Generic[ElementT]):
     async def _dequeue_batch(self, n: SupportsIndex, up_to: bool) -> Any:
         n = self._check_n(n, up_to)
         if self._yield_due():
-            await checkpoint()
+            await anyio.lowlevel.checkpoint()  # a scheduling point
         if n == 0:
             return self._codec.decode_many([])
         taken = None if self._dequeuers else self._try_take_many(n, up_to)
@@ -964,11 +726,11 @@ class QueueBase(SharedResource, Generic[ElementT]):
             if self._enqueuers:
                 self._notify()
         else:
-            taken = await self._dequeue_slow(n, _BATCH, up_to=up_to)
+            taken = await self._dequeue_slow(n, BATCH, up_to=up_to)
         return self._codec.decode_many(taken)
 
     async def _dequeue_slow(self, n: int, kind: int, *, up_to: bool = False) -> list[Any]:
-        w = _Waiter(kind)
+        w = Attempt(kind)
         w.need = n
         w.up_to = up_to
         self._dequeuers.append(w)
@@ -983,7 +745,7 @@ class QueueBase(SharedResource, Generic[ElementT]):
             self._withdraw(self._dequeuers, w)
             raise
 
-    def _run_dequeue(self, w: _Waiter) -> Any:
+    def _run_dequeue(self, w: Attempt) -> Any:
         """Let head attempt ``w`` make progress; return its elements or ``_PENDING``."""
         buf = self._buf
         size = len(buf)
@@ -993,7 +755,7 @@ class QueueBase(SharedResource, Generic[ElementT]):
                 w.taken.extend(self._pop_list(min(size, missing)))
                 return self._complete(w)
             self._dequeuers.popleft()
-            raise self._insufficient(missing, size, many=w.kind != _SINGLE)
+            raise self._insufficient(missing, size, many=w.kind != SINGLE)
         available = size - self._hold
         if self._atomic_many and available < missing:
             return _PENDING
@@ -1005,7 +767,7 @@ class QueueBase(SharedResource, Generic[ElementT]):
                 self._notify()
         return _PENDING
 
-    def _complete(self, w: _Waiter) -> list[Any]:
+    def _complete(self, w: Attempt) -> list[Any]:
         self._dequeuers.popleft()
         taken, w.taken = w.taken, []
         self._total_out += len(taken)

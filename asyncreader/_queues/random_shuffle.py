@@ -18,7 +18,7 @@ from .slab import SlabCodec
 if TYPE_CHECKING:
     from .record_refs import RecordRefsArg
 
-__all__ = ["RandomShuffleQueue"]
+__all__ = ["RandomShuffleQueue", "deterministic_shuffle_queue"]
 
 
 class RandomShuffleQueue(QueueBase[ElementT]):
@@ -205,3 +205,32 @@ class RandomShuffleQueue(QueueBase[ElementT]):
             raise InvalidArgumentError(
                 f"checkpoint of RandomShuffleQueue '{self.name}' has a bad generator state: {exc}"
             ) from None
+
+
+def deterministic_shuffle_queue(
+    capacity: int,
+    batch_size: int,
+    dtypes: Any,
+    shapes: Any,
+    *,
+    seed: SupportsIndex | None,
+    record_refs: RecordRefsArg = None,
+) -> RandomShuffleQueue[Any]:
+    """Return a RandomShuffleQueue that, while open, hands out batches only when full.
+
+    It keeps ``capacity - batch_size`` elements (its ``min_after_dequeue``), and a
+    ``dequeue_many`` takes its whole batch at once or waits, never part of it: so which
+    elements a batch is drawn from does not depend on how far the filling task ran ahead
+    of the consumer. A deterministic Session's shuffle batchers use it. Once closed it
+    drains like any RandomShuffleQueue.
+
+    Raises:
+        InvalidArgumentError: as :class:`RandomShuffleQueue` (``batch_size`` must be at
+            least 1 and at most ``capacity``).
+    """
+    queue: RandomShuffleQueue[Any] = RandomShuffleQueue(
+        capacity, capacity - batch_size, dtypes, shapes, seed=seed, record_refs=record_refs
+    )
+    # All-or-nothing batches while open, as PriorityQueue's.
+    queue._atomic_many = True
+    return queue

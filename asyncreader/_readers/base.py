@@ -60,8 +60,9 @@ from .._errors import (
     InvalidArgumentError,
 )
 from .._io.executor import IoCall, run_io_abandoning
-from .._runtime.checkpoint import check_taken_work
+from .._runtime.checkpoint import RestoredWork, check_taken_work
 from .._runtime.resources import SharedResource
+from .._runtime.stages import StageState, StageStatistics
 from .._yields import yield_budget
 from .buffer import ReadAheadBuffer
 from .keys import RecordKeys
@@ -1112,25 +1113,37 @@ class ReaderBase(RecordKeys, SharedResource, ABC):
         data, native = from_checkpoint(tree, tf_state=self._tf_state)
         self._restore(data, native=native)
 
-    def _checkpoint_work(self, tree: Any) -> bytes:
-        """Return the work item a session checkpoint's tree would make the reader read.
-
-        Raises:
-            InvalidArgumentError: the tree is not a state of this reader.
-        """
+    def _checkpoint_work_items(self, tree: Any) -> RestoredWork | None:
+        """Return the work item a session checkpoint's tree would make the reader read
+        (``None`` for none, or for a tree that is not a state of this reader: the restore
+        rejects it)."""
         data, native = from_checkpoint(tree, tf_state=self._tf_state)
         if not isinstance(data, bytes):
-            raise InvalidArgumentError(f"Reader state must be bytes, not {type(data).__name__}")
-        return self._parse_state(data, native=native).current_work
+            return None
+        try:
+            work = self._parse_state(data, native=native).current_work
+        except InvalidArgumentError:
+            return None
+        return RestoredWork((work,)) if work else None
 
-    def _stage_counts(self) -> tuple[int, int]:
-        """Return how many reads wait for a work item and how many are reading: the reads
-        that went past the buffered fast path, each in a cancel scope of the reader
-        (waiting for its lock or running). The runtime's stage protocol (pipeline stage
-        statistics)."""
+    def _stage_statistics(self) -> StageStatistics:
+        """Where the reader's reads are, for the runtime's stage statistics."""
+        stats = self.statistics()
+        # Reads that went past the buffered fast path, each in a cancel scope of the reader
+        # (waiting for its lock or running). Without a work item they wait for the work queue.
         active = len(self._scopes)
-        waiting_for_work = active if self._finished >= self._started else 0
-        return waiting_for_work, active - waiting_for_work
+        waiting_work = active if stats.current_work is None else 0
+        busy = active - waiting_work
+        state: StageState
+        if stats.closed:
+            state = "closed"
+        elif waiting_work:
+            state = "waiting_for_work"
+        elif busy:
+            state = "reading"
+        else:
+            state = "idle"
+        return StageStatistics("reader", self.name, state, 0, waiting_work, busy, stats)
 
     def _record_source(self) -> ReaderRecords | None:
         """Return what reads this reader's records again from their keys, or ``None`` when

@@ -42,7 +42,8 @@ import hmac
 import math
 import weakref
 from contextvars import ContextVar
-from typing import TYPE_CHECKING, Any, Final
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar, Final, Protocol, runtime_checkable
 
 import anyio
 import numpy as np
@@ -54,8 +55,12 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Iterator
 
 __all__ = [
+    "Attempt",
+    "Checkpointable",
     "Checkpointer",
+    "RestoredWork",
     "StageTask",
+    "as_work_item",
     "check_taken_work",
     "current_stage",
     "owned_resources",
@@ -66,14 +71,61 @@ _POLL: Final = 0.0005
 #: What a signed checkpoint starts with; the HMAC-SHA256 tag and the checkpoint follow.
 SIGNED_MAGIC: Final = b"ASYNCREADER-SIGNED-CHECKPOINT\n"
 _TAG_SIZE: Final = hashlib.sha256().digest_size
-#: The attribute of a queue restored from an unsigned checkpoint holding strings that no
-#: producer names: (its Checkpointer, those strings, where they are, for messages).
-_RESTORED_WORK: Final = "_restored_work_items"
 #: What a component's restore raises on a tree of the wrong shape, besides our own errors.
 _MALFORMED: Final = (TypeError, ValueError, KeyError, IndexError, AttributeError, OverflowError)
 
 _stage: ContextVar[StageTask | None] = ContextVar("asyncreader_stage", default=None)
 _owned: ContextVar[bool] = ContextVar("asyncreader_owned_resources", default=False)
+#: Queues restored from an unsigned checkpoint holding strings that no producer names:
+#: queue -> (its Checkpointer, those strings, where they are, for messages).
+_restored_work: weakref.WeakKeyDictionary[object, tuple[Checkpointer, frozenset[bytes], str]]
+_restored_work = weakref.WeakKeyDictionary()
+
+
+@dataclass(frozen=True, slots=True)
+class RestoredWork:
+    """The work items (paths, URLs) a component's saved state would make readers read.
+
+    Attributes:
+        items: The work items.
+        when_taken: The strings may be records rather than work items (a restored queue of
+            single strings): each is checked only when a reader takes it as its work.
+    """
+
+    items: tuple[bytes, ...]
+    when_taken: bool = False
+
+
+@runtime_checkable
+class Checkpointable(Protocol):
+    """A component that a Session saves in its checkpoints: the queues and readers built
+    in it. The runtime knows them only through this protocol.
+
+    ``_checkpoint_kind`` groups components in a checkpoint (``"queue"``, ``"reader"``);
+    components of one kind find their saved state by creation order.
+    """
+
+    _checkpoint_kind: ClassVar[str]
+
+    def _checkpoint_save(self) -> Any:
+        """Return the component's state as a checkpoint tree (numbers, strings, bytes,
+        arrays, lists, tuples, dicts with string keys), synchronously."""
+        ...
+
+    def _checkpoint_restore(self, tree: Any) -> None:
+        """Load a tree from ``_checkpoint_save`` into this new, unused component."""
+        ...
+
+    def _checkpoint_work_items(self, tree: Any) -> RestoredWork | None:
+        """Return the work items restoring ``tree`` would make readers read, if any;
+        ``None`` also for a malformed tree, which the restore itself rejects."""
+        ...
+
+
+class Attempt(Protocol):
+    """A blocked queue operation, as a pause sees it: whether it was woken to run."""
+
+    woken: bool
 
 
 def _short(value: object, limit: int = 80) -> str:
@@ -128,7 +180,7 @@ def _unwrap(data: object, key: bytes | None) -> Any:
     return inner
 
 
-def _work_item(element: Any) -> bytes | None:
+def as_work_item(element: Any) -> bytes | None:
     """The work item a reader would take from a queue element, if it is one."""
     if isinstance(element, (tuple, list)) and len(element) == 1:
         element = element[0]
@@ -141,25 +193,6 @@ def _work_item(element: Any) -> bytes | None:
     return None
 
 
-def _snapshot_work_items(snapshot: Any) -> Iterator[bytes]:
-    """The strings in a queue's saved elements (typed: stacked or rows; untyped: a list)."""
-    if isinstance(snapshot, dict):
-        parts: list[Any] = []
-        if isinstance(snapshot.get("stacked"), list):
-            for array in snapshot["stacked"]:
-                if isinstance(array, np.ndarray):
-                    parts.extend(array.reshape(-1).tolist())
-        if isinstance(snapshot.get("rows"), list):
-            for row in snapshot["rows"]:
-                parts.extend(row if isinstance(row, list) else [row])
-        snapshot = parts
-    if isinstance(snapshot, list):
-        for element in snapshot:
-            item = _work_item(element)
-            if item is not None:
-                yield item
-
-
 def check_taken_work(queue: object, work: bytes) -> None:
     """Refuse a work item a reader took from ``queue`` if an unsigned restore put it there
     and no input producer of the restoring session was given it.
@@ -167,7 +200,7 @@ def check_taken_work(queue: object, work: bytes) -> None:
     Raises:
         InvalidArgumentError: naming the work item.
     """
-    restored = getattr(queue, _RESTORED_WORK, None)
+    restored = _restored_work.get(queue)
     if restored is not None and work in restored[1]:
         checkpointer, _, where = restored
         checkpointer.check_work_items([work], where)
@@ -190,16 +223,32 @@ def owned_resources() -> Iterator[None]:
 
 
 class StageTask:
-    """Where one stage task is, as a pause sees it."""
+    """Where one stage task is, as a pause sees it.
 
-    __slots__ = ("go", "name", "parked", "queue", "waiter")
+    A queue tells the stage task running an operation on it when the operation blocks
+    (:meth:`blocked`): a task blocked in a queue holds nothing but its attempt, which the
+    queue saves, so a checkpoint may be taken.
+    """
 
-    def __init__(self, name: str, queue: Any) -> None:
+    __slots__ = ("blocked_on", "dequeuing", "go", "name", "parked", "queue", "waiter")
+
+    def __init__(self, name: str, queue: object) -> None:
         self.name = name
         self.queue = queue  # the queue it fills, if any
         self.parked = False
         self.go: anyio.Event | None = None
-        self.waiter: Any = None  # the queue attempt it is blocked in
+        self.waiter: Attempt | None = None  # the queue attempt it is blocked in
+        self.blocked_on: object = None  # the queue it is blocked in
+        self.dequeuing = False  # whether that attempt takes elements out
+
+    @contextlib.contextmanager
+    def blocked(self, queue: object, attempt: Attempt, *, dequeue: bool) -> Iterator[None]:
+        """Mark the task as blocked in ``attempt`` on ``queue`` for the block."""
+        self.waiter, self.blocked_on, self.dequeuing = attempt, queue, dequeue
+        try:
+            yield
+        finally:
+            self.waiter, self.blocked_on, self.dequeuing = None, None, False
 
     def settled(self) -> bool:
         """Whether the task holds nothing outside the components right now."""
@@ -208,10 +257,10 @@ class StageTask:
         w = self.waiter
         return w is not None and not w.woken
 
-    def needed(self) -> bool:
-        """Whether another stage task is blocked waiting for this task's queue."""
-        waiting = getattr(self.queue, "_dequeuers", ())
-        return any(w.stage and not w.woken for w in waiting)
+    def waits_for(self, queue: object) -> bool:
+        """Whether the task is blocked taking elements out of ``queue``."""
+        w = self.waiter
+        return self.dequeuing and self.blocked_on is queue and w is not None and not w.woken
 
 
 class Checkpointer:
@@ -304,7 +353,7 @@ class Checkpointer:
         may make readers read."""
         if self._vetting:
             for item in items:
-                work = _work_item(item)
+                work = as_work_item(item)
                 if work is not None:
                     self._work_items.add(work)
 
@@ -328,31 +377,21 @@ class Checkpointer:
                     "checkpoints with Session(checkpoint_key=...)"
                 )
 
-    def _vet(self, kind: str, key: str, obj: Any, saved: Any) -> None:
-        """Check the work items a component's saved state would make it read."""
-        if kind == "reader":
-            try:
-                work = obj._checkpoint_work(saved)
-            except InvalidArgumentError:
-                return  # the restore itself rejects the state
-            if work:
-                self.check_work_items([work], f"reader {key!r}")
-        elif kind == "queue" and isinstance(saved, dict) and "record_refs" not in saved:
-            # Only a queue of single strings can be a reader's work queue.
-            dtypes = getattr(obj, "dtypes", None)
-            if dtypes is not None and (len(dtypes) != 1 or np.dtype(dtypes[0]).kind != "O"):
-                return
-            snapshots = [saved.get("stored")]
-            pending = saved.get("pending")
-            if isinstance(pending, list):
-                snapshots += [e.get("items") for e in pending if isinstance(e, dict)]
-            restored = {item for snap in snapshots for item in _snapshot_work_items(snap)}
-            restored -= self._work_items
-            if restored:
-                # A queue of strings may hold records rather than work items: its strings
-                # are checked when a reader takes one as its work (see check_taken_work).
-                where = f"a reader, from queue {key!r},"
-                setattr(obj, _RESTORED_WORK, (self, frozenset(restored), where))
+    def _vet(self, kind: str, key: str, obj: object, saved: Any) -> None:
+        """Check the work items a component's saved state would make readers read."""
+        if not isinstance(obj, Checkpointable):
+            return
+        claim = obj._checkpoint_work_items(saved)
+        if claim is None:
+            return
+        if not claim.when_taken:
+            self.check_work_items(claim.items, f"{kind} {key!r}")
+            return
+        restored = set(claim.items) - self._work_items
+        if restored:
+            # Strings that may be records rather than work items are checked when a reader
+            # takes one as its work (see check_taken_work).
+            _restored_work[obj] = (self, frozenset(restored), f"a reader, from {kind} {key!r},")
 
     def owned(self) -> bool:
         """Whether resources built now belong to a component (see :func:`owned_resources`)."""
@@ -401,7 +440,7 @@ class Checkpointer:
                 if not busy:
                     break
                 for t in self._stages:
-                    if t.parked and t.go is not None and not t.go.is_set() and t.needed():
+                    if t.parked and t.go is not None and not t.go.is_set() and self._needed(t):
                         t.go.set()  # one more operation, for the stage waiting on it
                 if anyio.current_time() >= deadline:
                     names = ", ".join(sorted(t.name for t in busy))
@@ -420,6 +459,11 @@ class Checkpointer:
         if self._key is None:
             return data
         return b"".join([SIGNED_MAGIC, _tag(self._key, data), data])
+
+    def _needed(self, task: StageTask) -> bool:
+        """Whether another stage task is blocked waiting for ``task``'s queue."""
+        queue = task.queue
+        return queue is not None and any(t.waits_for(queue) for t in self._stages)
 
     def _save_all(self) -> dict[str, Any]:
         components: dict[str, Any] = {}

@@ -37,7 +37,7 @@ import numpy as np
 
 from .._errors import FailedPreconditionError, InvalidArgumentError
 from . import context, stages
-from .checkpoint import Checkpointer
+from .checkpoint import Checkpointable, Checkpointer
 from .coordinator import Coordinator, CoordinatorStatistics
 from .resources import ResourceMgr
 
@@ -271,11 +271,10 @@ class Session:
         except TypeError:  # no __weakref__ slot: keep it alive instead
             held = resource
         self._tracked[key] = held
-        kind = getattr(resource, "_checkpoint_kind", None)
-        if kind is not None and not self._checkpointer.owned():
+        if isinstance(resource, Checkpointable) and not self._checkpointer.owned():
             cls: Any = type(resource)
             self._checkpointer.register(
-                kind, resource, cls._checkpoint_save, cls._checkpoint_restore
+                resource._checkpoint_kind, resource, cls._checkpoint_save, cls._checkpoint_restore
             )
 
     def _forget(self, key: int) -> Callable[[weakref.ref[Any]], None]:

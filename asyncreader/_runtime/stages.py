@@ -14,19 +14,22 @@ and reader built in the session and every runner started in its coordinator;
 :meth:`Coordinator.stage_statistics <asyncreader.Coordinator.stage_statistics>` lists the
 runners started in it and their queues. Building the list walks the waiters of each queue,
 so it costs O(tasks) and is meant for diagnostics, not for the hot path.
+
+Queues and readers describe themselves: the runtime knows them only through the
+:class:`Stage` protocol.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
 
     from .queue_runner import QueueRunner
 
-__all__ = ["StageKind", "StageState", "StageStatistics", "collect"]
+__all__ = ["Stage", "StageKind", "StageState", "StageStatistics", "collect"]
 
 #: What a stage is.
 StageKind = Literal["queue", "reader", "runner"]
@@ -77,44 +80,20 @@ class StageStatistics:
         return bool(self.tasks_blocked_enqueue or self.tasks_blocked_dequeue)
 
 
-def _queue_stage(queue: Any) -> StageStatistics:
-    stats = queue.statistics()
-    enq, deq = queue._blocked()
-    state: StageState
-    if enq and deq:
-        state = "deadlocked"
-    elif enq:
-        state = "full"
-    elif deq:
-        state = "starved"
-    else:
-        state = "closed" if stats.closed else "idle"
-    return StageStatistics("queue", queue.name, state, enq, deq, 0, stats)
+@runtime_checkable
+class Stage(Protocol):
+    """A pipeline stage that reports where its tasks are: queues and readers."""
 
-
-def _reader_stage(reader: Any) -> StageStatistics:
-    stats = reader.statistics()
-    # Reads that went past the buffered fast path, each in a cancel scope of the reader
-    # (waiting for its lock or running). Without a work item they wait for the work queue.
-    active = len(getattr(reader, "_scopes", ()))
-    waiting_work = active if stats.current_work is None else 0
-    busy = active - waiting_work
-    state: StageState
-    if stats.closed:
-        state = "closed"
-    elif waiting_work:
-        state = "waiting_for_work"
-    elif busy:
-        state = "reading"
-    else:
-        state = "idle"
-    return StageStatistics("reader", reader.name, state, 0, waiting_work, busy, stats)
+    def _stage_statistics(self) -> StageStatistics:
+        """Return the stage's snapshot (O(tasks blocked on it): for diagnostics)."""
+        ...
 
 
 def _runner_stage(runner: QueueRunner) -> StageStatistics:
     stats = runner.statistics()
-    blocked_on = getattr(runner.queue, "_blocked", None)
-    on_queue = min(blocked_on()[0], stats.tasks_running) if blocked_on is not None else 0
+    queue = runner.queue
+    blocked = queue._stage_statistics().tasks_blocked_enqueue if isinstance(queue, Stage) else 0
+    on_queue = min(blocked, stats.tasks_running)
     state: StageState
     if not stats.tasks_running:
         state = "idle"
@@ -131,27 +110,18 @@ def collect(resources: Iterable[object], runners: Iterable[QueueRunner]) -> list
     """Return one record per queue or reader in ``resources`` and per runner, in order.
 
     A runner's queue is listed after the runner when ``resources`` did not list it.
-    Objects that are neither queues nor readers are skipped.
+    Objects that are not a :class:`Stage` (queues and readers) are skipped.
     """
-    from .._queues.base import QueueBase
-    from .._readers.base import ReaderBase
-
     out: list[StageStatistics] = []
     seen: set[int] = set()
     for resource in resources:
-        if id(resource) in seen:
-            continue
-        if isinstance(resource, QueueBase):
-            out.append(_queue_stage(resource))
-        elif isinstance(resource, ReaderBase):
-            out.append(_reader_stage(resource))
-        else:
-            continue
-        seen.add(id(resource))
+        if id(resource) not in seen and isinstance(resource, Stage):
+            seen.add(id(resource))
+            out.append(resource._stage_statistics())
     for runner in runners:
         out.append(_runner_stage(runner))
         queue = runner.queue
-        if id(queue) not in seen and isinstance(queue, QueueBase):
+        if id(queue) not in seen and isinstance(queue, Stage):
             seen.add(id(queue))
-            out.append(_queue_stage(queue))
+            out.append(queue._stage_statistics())
     return out

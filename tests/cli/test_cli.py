@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import re
 import signal
 import subprocess
@@ -12,10 +13,13 @@ import pytest
 
 import asyncreader
 from asyncreader._cli.main import main
+from asyncreader._cli.progress import make_progress
 from asyncreader.cifar10 import write_synthetic_dataset
 
 if TYPE_CHECKING:
     from pathlib import Path
+
+    from asyncreader._demo.training import Progress
 
 # Runs the command line tool in a child process with Python's own Ctrl-C handler installed,
 # even when this process was started with SIGINT ignored (as background jobs are).
@@ -170,3 +174,33 @@ def test_ctrl_c_during_training_exits_promptly_without_traceback(
     assert "Traceback" not in err
     assert "interrupted while training: " in out
     assert re.search(r"interrupted while training: \d+ steps, [\d,]+ images", out), out
+
+
+def test_the_demo_and_cifar10_do_not_import_the_command_line_tool() -> None:
+    # The command line tool sits above the demo and asyncreader.cifar10: importing them
+    # (as a user of asyncreader.cifar10 does) must not pull in the tool.
+    code = (
+        "import sys, asyncreader.cifar10, asyncreader._demo.training; "
+        "print(sorted(name for name in sys.modules if name.startswith('asyncreader._cli')))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
+    )
+    assert done.stdout.strip() == "[]"
+
+
+@pytest.mark.parametrize("kind", ["none", "plain", "auto"])
+def test_every_progress_display_is_what_the_training_loop_reports_to(kind: str) -> None:
+    # The training loop knows the displays only through the Progress protocol; each display
+    # make_progress returns must count the steps it is shown (checked statically as well).
+    stream = io.StringIO()
+    display: Progress = make_progress(kind, 3, "train", stream)
+    with display as entered:
+        assert entered is display
+        for step in (1, 2, 3):
+            display.update(step, f"step {step}")
+    shown = stream.getvalue()
+    if kind == "none":
+        assert shown == ""
+    else:  # "auto" on a stream that is not a terminal is plain lines
+        assert shown.splitlines()[-1] == "train 3/3 100% | step 3"

@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 import asyncreader as ar
-from asyncreader._decoders import wire
+from asyncreader._decoders import example as example_parser
+from asyncreader._decoders import example_layout, wire
 
 
 def image_example(label: int, fill: int = 0) -> bytes:
@@ -357,3 +358,14 @@ def test_empty_batch() -> None:
     assert sparse.dense_shape.tolist() == [0, 0]
     assert sparse.indices.shape == (0, 2)
     assert sparse.values.dtype == object
+
+
+def test_shared_layout_starts_at_its_minimum_batch() -> None:
+    # Below LAYOUT_MIN_BATCH examples the layout check costs more than it saves, so small
+    # batches (and parse_single_example) take the per-example path.
+    specs = example_parser._check_specs(SPEC)
+    batch = [image_example(i) for i in range(example_layout.LAYOUT_MIN_BATCH)]
+    assert example_layout.SharedLayout.build(batch[:-1], specs) is None
+    layout = example_layout.SharedLayout.build(batch, specs)
+    assert layout is not None
+    assert layout.matched.tolist() == [True] * len(batch)

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import asyncreader as ar
-from asyncreader._pipeline.batching import BatcherStatistics
+from asyncreader._pipeline.batcher import BatcherStatistics
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Callable

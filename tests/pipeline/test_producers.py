@@ -11,12 +11,8 @@ import pytest
 from queue_util import dequeue_all
 
 import asyncreader as ar
-from asyncreader._pipeline.producers import (
-    InputProducer,
-    ProducerState,
-    SliceProducer,
-    producer_of,
-)
+from asyncreader._pipeline.input_producer import InputProducer, ProducerState
+from asyncreader._pipeline.producers import SliceProducer, producer_of
 
 pytestmark = pytest.mark.anyio
 

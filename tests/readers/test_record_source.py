@@ -1,9 +1,8 @@
-"""The protocols through which queues and the runtime see readers without importing them.
+"""The protocol through which queues see readers without importing them.
 
 ``RecordRefs`` takes any :class:`~asyncreader._queues.record_refs.RereadableReader`: the
 built-in readers satisfy it, a reader that cannot read again says so, and a class of one's
-own that implements the protocol has its records saved as references too. The runtime's
-stage statistics ask a reader ``_stage_counts()``.
+own that implements the protocol has its records saved as references too.
 """
 
 from __future__ import annotations
@@ -159,50 +158,3 @@ async def test_record_refs_takes_a_class_that_implements_the_protocol() -> None:
 async def _restore_and_dequeue(state: bytes, source: _TableSource) -> None:
     async with ar.Session(restore=state, checkpoint_key=KEY):
         await ar.FIFOQueue(None, record_refs=_TableReader(source)).dequeue()
-
-
-class _Blocking(ar.ReaderBase):
-    """Its record never comes until the gate opens (hooks on the event loop)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.gate = anyio.Event()
-
-    async def on_work_started(self, work: bytes) -> None:
-        pass
-
-    async def on_work_finished(self) -> None:
-        pass
-
-    async def reset_state(self) -> None:
-        pass
-
-    async def read_one(self) -> tuple[bytes, bytes, bool]:
-        await self.gate.wait()
-        return b"k", b"v", True
-
-
-@pytest.mark.both_backends
-async def test_stage_counts_tell_waiting_for_work_from_reading() -> None:
-    with anyio.fail_after(10):
-        async with ar.Session():
-            work = ar.FIFOQueue(None)
-            reader = _Blocking()
-            assert reader._stage_counts() == (0, 0)
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(reader.read, work)
-                await anyio.wait_all_tasks_blocked()
-                assert reader._stage_counts() == (1, 0)  # waits for a work item
-                await work.enqueue("item")
-                await anyio.wait_all_tasks_blocked()
-                assert reader._stage_counts() == (0, 1)  # took it, waits for its record
-                tg.start_soon(reader.read, work)
-                await anyio.wait_all_tasks_blocked()
-                assert reader._stage_counts() == (0, 2)  # and one more behind its lock
-                reader.gate.set()
-                await anyio.wait_all_tasks_blocked()
-                # The first read returned the item's last record; the second waits for work.
-                assert reader._stage_counts() == (1, 0)
-                tg.cancel_scope.cancel()
-            assert reader._stage_counts() == (0, 0)
-            assert reader.statistics().records_produced == 1

@@ -1,14 +1,8 @@
-"""CIFAR-10 input: the binary format, a synthetic data set, and vectorised augmentation.
+"""TensorFlow's ``cifar10_input.py`` input functions, vectorised over chunks of records.
 
-The CIFAR-10 binary version stores each example as one fixed-length record of
-:data:`RECORD_BYTES` = 3,073 bytes: a label byte (0-9) followed by a 32x32 colour image in
-channel-major order (1,024 red, then 1,024 green, then 1,024 blue bytes, rows top to
-bottom). The training set is ``data_batch_1.bin`` ... ``data_batch_5.bin`` (10,000 records
-each) and the test set ``test_batch.bin``.
-
-This module holds the parts of TensorFlow's classic ``cifar10_input.py`` that are pure
-numpy, rewritten to work on a whole *chunk* of records at once (a ``(n, 3073)`` uint8 array
-from :func:`asyncreader.decode_raw` on the values of one ``read_up_to``):
+The parts of TensorFlow's classic ``cifar10_input.py`` that are pure numpy, rewritten to
+work on a whole *chunk* of records at once (a ``(n, 3073)`` uint8 array from
+:func:`asyncreader.decode_raw` on the values of one ``read_up_to``):
 
 * :func:`parse_records` splits labels from images (a view, no copy);
 * :func:`distort_images` is ``distorted_inputs``' preprocessing — random 24x24 crop, random
@@ -17,18 +11,12 @@ from :func:`asyncreader.decode_raw` on the values of one ``read_up_to``):
 * :func:`distorted_inputs` / :func:`inputs` wire them into the queue pipeline
   (``string_input_producer`` -> ``FixedLengthRecordReader.read_up_to`` -> ``decode_raw`` ->
   augmentation on a worker thread -> ``shuffle_batch(..., enqueue_many=True)``).
-
-:func:`write_synthetic_dataset` writes a CIFAR-10-format data set with learnable class
-structure, so the pipeline runs without a download, and :class:`SoftmaxClassifier` is the
-small numpy model ``asyncreader demo`` trains on it.
 """
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -36,33 +24,33 @@ import anyio.to_thread
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
-from ._cli.model import SoftmaxClassifier
+from .._decoders.raw import decode_raw
+from .._pipeline.batching import batch, shuffle_batch_join
+from .._pipeline.producers import string_input_producer
+from .._readers.fixed_length import FixedLengthRecordReader
+from .layout import (
+    DEPTH,
+    HEIGHT,
+    LABEL_BYTES,
+    RECORD_BYTES,
+    RECORDS_PER_FILE,
+    TEST_FILE,
+    TRAIN_FILES,
+    WIDTH,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-    from ._pipeline.batching import Batcher
+    from .._pipeline.batcher import Batcher
 
 __all__ = [
-    "DEPTH",
-    "HEIGHT",
-    "IMAGE_BYTES",
     "IMAGE_SIZE",
-    "LABEL_BYTES",
-    "NUM_CLASSES",
     "NUM_EXAMPLES_PER_EPOCH_FOR_EVAL",
     "NUM_EXAMPLES_PER_EPOCH_FOR_TRAIN",
-    "RECORD_BYTES",
-    "RECORDS_PER_FILE",
-    "TEST_FILE",
-    "TRAIN_FILES",
-    "WIDTH",
-    "DatasetInfo",
     "ImageChunker",
     "InputPipeline",
-    "SoftmaxClassifier",
     "central_crop",
-    "check_dataset",
     "distort_images",
     "distorted_inputs",
     "distorted_pipeline",
@@ -73,37 +61,21 @@ __all__ = [
     "random_brightness",
     "random_contrast",
     "random_crop_and_flip",
-    "synthetic_dataset",
     "to_float",
-    "write_synthetic_dataset",
 ]
 
-LABEL_BYTES = 1
-HEIGHT = 32
-WIDTH = 32
-DEPTH = 3
-IMAGE_BYTES = HEIGHT * WIDTH * DEPTH
-RECORD_BYTES = LABEL_BYTES + IMAGE_BYTES
 #: Side of the square crop fed to the model, as in ``cifar10_input.IMAGE_SIZE``.
 IMAGE_SIZE = 24
-NUM_CLASSES = 10
-RECORDS_PER_FILE = 10_000
 NUM_EXAMPLES_PER_EPOCH_FOR_TRAIN = 5 * RECORDS_PER_FILE
 NUM_EXAMPLES_PER_EPOCH_FOR_EVAL = RECORDS_PER_FILE
-TRAIN_FILES = tuple(f"data_batch_{i}.bin" for i in range(1, 6))
-TEST_FILE = "test_batch.bin"
 
 #: Records one reader task takes per ``read_up_to``: large enough that the per-chunk costs
 #: (a thread hop, a few numpy calls) vanish per image, small enough to keep the shuffle
 #: queue fed smoothly (a chunk is about 1.5 MB of records).
 DEFAULT_CHUNK = 500
 
-# The generator's identity: a cache written by a different version or seed is rebuilt.
-_FORMAT_VERSION = 2
 # TensorFlow's ``min_fraction_of_examples_in_queue``: the shuffle buffer is 40% of an epoch.
 _MIN_FRACTION_IN_QUEUE = 0.4
-_DATA_SEED = 20_151_106
-_META_FILE = "asyncreader-synthetic.json"
 
 
 # -- records -> images -----------------------------------------------------------------------
@@ -431,8 +403,6 @@ class ImageChunker:
         self.records = 0
 
     def _preprocess(self, values: list[bytes]) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
-        from . import decode_raw
-
         images, labels = parse_records(decode_raw(values, np.uint8))
         if self._distort:
             return distort_images(images, self._rng, distort_colours=self._colours), labels
@@ -450,9 +420,7 @@ class ImageChunker:
         return f"<ImageChunker {kind} chunk_size={self._chunk} records={self.records}>"
 
 
-def _reader() -> Any:
-    from . import FixedLengthRecordReader
-
+def _reader() -> FixedLengthRecordReader:
     return FixedLengthRecordReader(RECORD_BYTES)
 
 
@@ -557,8 +525,6 @@ def distorted_pipeline(
     A missing file surfaces from the reader as :class:`~asyncreader.NotFoundError` (it
     stops the Coordinator, whose block re-raises it).
     """
-    from . import shuffle_batch_join, string_input_producer
-
     filenames = [os.path.join(data_dir, name) for name in TRAIN_FILES]
     filename_queue = string_input_producer(filenames, seed=seed, coord=coord)
     seeds = np.random.SeedSequence(seed).spawn(num_readers)
@@ -616,8 +582,6 @@ def inputs(
     Raises:
         FailedPreconditionError: no Coordinator is current and none was given.
     """
-    from . import batch, string_input_producer
-
     names = [TEST_FILE] if eval_data else list(TRAIN_FILES)
     filenames = [os.path.join(data_dir, name) for name in names]
     filename_queue = string_input_producer(
@@ -632,187 +596,3 @@ def inputs(
         allow_smaller_final_batch=True,
         coord=coord,
     )
-
-
-# -- a synthetic data set --------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class DatasetInfo:
-    """What :func:`write_synthetic_dataset` found or wrote.
-
-    Attributes:
-        path: The folder.
-        created: Whether the files were written now (``False``: a valid cache was reused).
-        records_per_file: Records in each file.
-    """
-
-    path: Path
-    created: bool
-    records_per_file: int
-
-
-def _smooth_field(rng: np.random.Generator, count: int) -> np.ndarray[Any, Any]:
-    """``count`` smooth, left-right symmetric 32x32 patterns in ``[-1, 1]``."""
-    y = np.linspace(0.0, 2.0 * np.pi, HEIGHT, endpoint=False)[:, None]
-    x = np.linspace(-np.pi, np.pi, WIDTH, endpoint=False)[None, :] + np.pi / WIDTH
-    fields = np.zeros((count, HEIGHT, WIDTH))
-    for _ in range(3):
-        fy = rng.integers(0, 3, (count, 1, 1))
-        fx = rng.integers(0, 3, (count, 1, 1))
-        phase = rng.uniform(0, 2 * np.pi, (count, 1, 1))
-        # cos(fx * x) is even in x, so every pattern survives a left-right flip.
-        fields += np.cos(fy * y + phase) * np.cos(fx * x)
-    fields -= fields.mean(axis=(1, 2), keepdims=True)
-    fields /= np.abs(fields).max(axis=(1, 2), keepdims=True) + 1e-9
-    return fields
-
-
-def _prototypes(rng: np.random.Generator) -> np.ndarray[Any, Any]:
-    """Per-class images: a colour and a colour-specific pattern per channel, float CHW."""
-    colours = rng.uniform(85.0, 170.0, (NUM_CLASSES, DEPTH))
-    patterns = _smooth_field(rng, NUM_CLASSES * DEPTH).reshape(NUM_CLASSES, DEPTH, HEIGHT, WIDTH)
-    return colours[:, :, None, None] + _PATTERN_AMPLITUDE * patterns
-
-
-_MAX_SHIFT = 4
-_PATTERN_AMPLITUDE = 40.0
-_NOISE_SIGMA = 70.0
-_NOISE_BANK = 2048
-
-
-def _noise_table() -> np.ndarray[Any, Any]:
-    """Map a uniform byte to Gaussian noise: the 256 quantiles of N(0, sigma^2), int16."""
-    from statistics import NormalDist
-
-    quantiles = NormalDist(0.0, _NOISE_SIGMA).inv_cdf
-    return np.rint([quantiles((i + 0.5) / 256) for i in range(256)]).astype(np.int16)
-
-
-def synthetic_dataset(
-    count: int, rng: np.random.Generator, prototypes: np.ndarray[Any, Any] | None = None
-) -> np.ndarray[Any, Any]:
-    """Make ``count`` CIFAR-10 records with learnable class structure.
-
-    Each image is its class's prototype (a colour plus smooth, flip-symmetric patterns),
-    shifted by up to 4 pixels each way (wrapping around), with a random brightness offset,
-    a random colour cast and strong per-pixel Gaussian noise. Classes are uniformly
-    distributed. Everything is vectorised: the shifted prototypes are tabulated once and
-    images are rows gathered from the table, and noise images are rows gathered from a bank
-    made from random bytes through a 256-entry quantile table.
-
-    Args:
-        count: Records to make.
-        rng: The source of labels, shifts and noise.
-        prototypes: ``(10, 3, 32, 32)`` float class prototypes; default the fixed ones of
-            the built-in data set.
-
-    Returns:
-        ``(count, 3073)`` uint8 records (label byte, then the CHW image).
-    """
-    if prototypes is None:
-        prototypes = _prototypes(np.random.default_rng(_DATA_SEED))
-    shifts = range(-_MAX_SHIFT, _MAX_SHIFT + 1)
-    per_class = len(shifts) ** 2
-    table = np.stack(
-        [np.roll(prototypes, (dy, dx), axis=(2, 3)) for dy in shifts for dx in shifts], axis=1
-    )
-    table = np.rint(table).astype(np.int16).reshape(NUM_CLASSES * per_class, IMAGE_BYTES)
-    labels = rng.integers(0, NUM_CLASSES, count)
-    pixels = table[labels * per_class + rng.integers(0, per_class, count)]
-    cast = rng.integers(-25, 26, (count, DEPTH, 1), dtype=np.int16)
-    cast += rng.integers(-30, 31, (count, 1, 1), dtype=np.int16)
-    pixels.reshape(count, DEPTH, -1)[...] += cast
-    # Noise images come from a bank, gathered like the prototypes: drawing fresh noise for
-    # every pixel would cost most of the generation time. The noise is independent of the
-    # class, so sharing it between images teaches the model nothing false.
-    bank_size = min(count, _NOISE_BANK)
-    uniform = np.frombuffer(rng.bytes(bank_size * IMAGE_BYTES), np.uint8)
-    bank = _noise_table()[uniform.reshape(bank_size, IMAGE_BYTES)]
-    pixels += bank[rng.integers(0, bank_size, count)]
-    records = np.empty((count, RECORD_BYTES), np.uint8)
-    records[:, 0] = labels
-    np.clip(pixels, 0, 255, out=pixels)
-    records[:, LABEL_BYTES:] = pixels
-    return records
-
-
-def _meta(records_per_file: int) -> dict[str, int]:
-    return {
-        "format_version": _FORMAT_VERSION,
-        "seed": _DATA_SEED,
-        "records_per_file": records_per_file,
-        "record_bytes": RECORD_BYTES,
-    }
-
-
-def check_dataset(path: str | os.PathLike[str], *, records_per_file: int | None = None) -> bool:
-    """Return whether ``path`` holds a complete CIFAR-10 binary data set.
-
-    All six files must exist and hold a whole number of records (exactly
-    ``records_per_file`` each when given).
-
-    Args:
-        path: The folder.
-        records_per_file: Expected records per file, or ``None`` for any positive number.
-
-    Returns:
-        ``True`` when the data set is complete.
-    """
-    for name in (*TRAIN_FILES, TEST_FILE):
-        try:
-            size = os.path.getsize(os.path.join(path, name))
-        except OSError:
-            return False
-        if size == 0 or size % RECORD_BYTES:
-            return False
-        if records_per_file is not None and size != records_per_file * RECORD_BYTES:
-            return False
-    return True
-
-
-def write_synthetic_dataset(
-    path: str | os.PathLike[str], *, records_per_file: int = RECORDS_PER_FILE
-) -> DatasetInfo:
-    """Write the built-in synthetic CIFAR-10 data set to ``path``, or reuse it if present.
-
-    Writes ``data_batch_1.bin`` ... ``data_batch_5.bin`` and ``test_batch.bin`` of
-    ``records_per_file`` records each (see :func:`synthetic_dataset`), from a fixed seed, so
-    the same files come out everywhere. A folder already holding a complete set written by
-    this version with the same size is reused. Files are written under a temporary name
-    and renamed, so an interrupted run never leaves a partial file that looks complete.
-
-    Args:
-        path: The folder; created if missing.
-        records_per_file: Records per file (10,000 as in CIFAR-10).
-
-    Returns:
-        A :class:`DatasetInfo`.
-
-    Raises:
-        OSError: the folder cannot be created or written.
-        ValueError: ``records_per_file`` is not positive.
-    """
-    if records_per_file <= 0:
-        raise ValueError(f"records_per_file must be positive, got {records_per_file}")
-    folder = Path(path)
-    meta = _meta(records_per_file)
-    meta_path = folder / _META_FILE
-    try:
-        if json.loads(meta_path.read_text()) == meta and check_dataset(
-            folder, records_per_file=records_per_file
-        ):
-            return DatasetInfo(folder, False, records_per_file)
-    except (OSError, ValueError):
-        pass
-    folder.mkdir(parents=True, exist_ok=True)
-    meta_path.unlink(missing_ok=True)
-    rng = np.random.default_rng(_DATA_SEED + 1)
-    prototypes = _prototypes(np.random.default_rng(_DATA_SEED))
-    for name in (*TRAIN_FILES, TEST_FILE):
-        records = synthetic_dataset(records_per_file, rng, prototypes)
-        tmp = folder / f".{name}.{os.getpid()}.tmp"
-        records.tofile(tmp)
-        os.replace(tmp, folder / name)
-    meta_path.write_text(json.dumps(meta))
-    return DatasetInfo(folder, True, records_per_file)

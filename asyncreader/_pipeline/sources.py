@@ -1,0 +1,227 @@
+"""Example sources and the enqueue step that feeds a batcher's queue from them.
+
+``tensors`` (or each entry of ``tensors_list``) is an async callable returning one example,
+or an async iterable of examples (an async generator, a :class:`SliceProducer`, ...).
+:class:`Source` makes both uniform: ``await source.next()`` returns the next example or
+raises :class:`~asyncreader.OutOfRangeError` at the end, and an example fetched ahead (the
+first one, which fixes the queue's dtypes and shapes) waits in :attr:`Source.pending`.
+
+:class:`EnqueueStep` is one runner task's enqueue op: fetch an example (a batch with
+``enqueue_many=True``), apply ``keep_input`` (the ``maybe_`` variants), enqueue. It is the
+batching hot path, so it binds everything it needs once.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import AsyncIterable, AsyncIterator, Callable
+from typing import TYPE_CHECKING, Any
+
+import anyio
+import numpy as np
+
+from .._errors import InvalidArgumentError, OutOfRangeError
+from .structure import format_shape
+
+if TYPE_CHECKING:
+    from .._queues.base import QueueBase
+
+__all__ = [
+    "NOTHING",
+    "DropCount",
+    "EnqueueStep",
+    "ExampleSource",
+    "Source",
+    "as_keep",
+    "batch_len",
+    "check_keep_input",
+]
+
+#: What a ``tensors`` argument may be.
+ExampleSource = Callable[[], Any] | AsyncIterable[Any]
+
+#: The value of :attr:`Source.pending` when no example waits there.
+NOTHING: Any = object()
+
+
+class Source:
+    """One example source, made uniform: ``await next()`` or OutOfRangeError at the end.
+
+    Raises:
+        InvalidArgumentError: (at construction) ``source`` is an async generator function
+            rather than a generator, or neither an async callable nor an async iterable.
+    """
+
+    __slots__ = ("_call", "_coro", "_exhausted", "_iter", "_lock", "index", "pending")
+
+    def __init__(self, source: object, index: int, what: str) -> None:
+        self._call: Callable[[], Any] | None = None
+        self._iter: AsyncIterator[Any] | None = None
+        self._lock: anyio.Lock | None = None
+        self._exhausted = False
+        self.pending: Any = NOTHING
+        self.index = index
+        self._coro = False
+        if inspect.isasyncgenfunction(source):
+            name = getattr(source, "__name__", "source")
+            raise InvalidArgumentError(
+                f"{what}() got the async generator function {name!r}: pass the generator "
+                f"itself ({name}()), or an async callable returning one example per call"
+            )
+        if callable(source):
+            self._call = source
+            # Async functions skip the awaitable check on every call.
+            self._coro = inspect.iscoroutinefunction(source) or inspect.iscoroutinefunction(
+                type(source).__call__
+            )
+        elif hasattr(source, "__aiter__"):
+            self._iter = source.__aiter__()
+            # Several tasks may share one iterator; an async generator can't be re-entered.
+            self._lock = anyio.Lock()
+        else:
+            raise InvalidArgumentError(
+                f"{what}() takes an async callable or an async iterable of examples, "
+                f"not {type(source).__name__}"
+            )
+
+    async def next(self) -> Any:
+        """Return the pending example if there is one, else the source's next example.
+
+        Raises:
+            OutOfRangeError: the source is exhausted.
+        """
+        if self.pending is not NOTHING:
+            example, self.pending = self.pending, NOTHING
+            return example
+        if self._exhausted:
+            raise OutOfRangeError(f"example source {self.index} is exhausted")
+        if self._coro:
+            return await self._call()  # type: ignore[misc]
+        if self._call is not None:
+            result = self._call()
+            if inspect.isawaitable(result):
+                result = await result
+            return result
+        assert self._iter is not None
+        assert self._lock is not None
+        async with self._lock:
+            if self._exhausted:
+                raise OutOfRangeError(f"example source {self.index} is exhausted")
+            try:
+                return await self._iter.__anext__()
+            except StopAsyncIteration:
+                self._exhausted = True
+                raise OutOfRangeError(f"example source {self.index} is exhausted") from None
+
+
+def check_keep_input(keep_input: object, enqueue_many: bool) -> object:
+    """Validate a static ``keep_input``; a callable is checked on each result instead."""
+    if callable(keep_input):
+        return keep_input
+    return as_keep(keep_input, enqueue_many)
+
+
+def as_keep(keep_input: object, enqueue_many: bool) -> bool | np.ndarray[Any, Any]:
+    """Return ``keep_input`` as a bool, or a bool vector with ``enqueue_many``.
+
+    Raises:
+        InvalidArgumentError: it is not boolean, has more than one dimension, or is a
+            vector without ``enqueue_many``.
+    """
+    array = np.asarray(keep_input)
+    if array.dtype != np.bool_:
+        raise InvalidArgumentError(
+            f"`keep_input` must be a bool or a bool vector, not {array.dtype} {keep_input!r}"
+        )
+    if array.ndim > 1:
+        raise InvalidArgumentError("`keep_input` must be 0 or 1 dimensions.")
+    if array.ndim == 1:
+        if not enqueue_many:
+            raise InvalidArgumentError("`keep_input` cannot be a vector when `enqueue_many=False`.")
+        return array
+    return bool(array)
+
+
+class DropCount:
+    """Examples ``keep_input`` turned away, counted by all enqueue steps of one batcher."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: int = 0) -> None:
+        self.value = value
+
+
+class EnqueueStep:
+    """One runner task's enqueue op: fetch an example (or a batch) and enqueue it.
+
+    Made once the queue exists; binds what the hot path needs so each call does a few
+    attribute reads, one source call and one enqueue.
+    """
+
+    __slots__ = ("_dropped", "_enqueue", "_flatten", "_keep_input", "_many", "_source", "_what")
+
+    def __init__(
+        self,
+        what: str,
+        source: Source,
+        queue: QueueBase[Any],
+        flatten: Callable[[Any], tuple[Any, ...]],
+        *,
+        enqueue_many: bool,
+        keep_input: object,
+        dropped: DropCount,
+    ) -> None:
+        self._what = what
+        self._source = source
+        self._flatten = flatten
+        self._many = enqueue_many
+        self._keep_input = keep_input
+        self._dropped = dropped
+        self._enqueue = queue.enqueue_many if self._many else queue.enqueue
+
+    async def __call__(self) -> None:
+        """Enqueue the source's next example (or batch) unless ``keep_input`` rejects it.
+
+        Raises:
+            OutOfRangeError: the source is exhausted (the runner then ends this task).
+            InvalidArgumentError: a ``keep_input`` callable returned something invalid.
+        """
+        example = await self._source.next()
+        comps = self._flatten(example)
+        keep = self._keep_input
+        if keep is not True:
+            if callable(keep):
+                keep = keep(example)
+                if inspect.isawaitable(keep):
+                    keep = await keep
+                keep = as_keep(keep, self._many)
+            if keep is False:
+                self._dropped.value += batch_len(comps[0]) if self._many else 1
+                await anyio.lowlevel.checkpoint()
+                return
+            if keep is not True:
+                comps = _select_rows(comps, keep)  # type: ignore[arg-type]
+                self._dropped.value += len(keep) - len(comps[0])  # type: ignore[arg-type]
+        await self._enqueue(comps)
+
+    def __repr__(self) -> str:
+        return f"<enqueue step of {self._what} source={self._source.index}>"
+
+
+def batch_len(component: Any) -> int:
+    """Return the length of an ``enqueue_many`` component's first dimension (1 for a scalar)."""
+    shape = component.shape if isinstance(component, np.ndarray) else np.shape(component)
+    return int(shape[0]) if shape else 1
+
+
+def _select_rows(comps: tuple[Any, ...], mask: np.ndarray[Any, Any]) -> tuple[Any, ...]:
+    out = []
+    for i, comp in enumerate(comps):
+        array = comp if isinstance(comp, np.ndarray) else np.asarray(comp)
+        if array.ndim == 0 or len(array) != len(mask):
+            raise InvalidArgumentError(
+                f"`keep_input` has {len(mask)} entries but component {i} has shape "
+                f"{format_shape(array.shape)}"
+            )
+        out.append(array[mask])
+    return tuple(out)
