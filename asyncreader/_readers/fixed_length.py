@@ -44,8 +44,9 @@ class FixedLengthRecordReader(FramedReader):
         name: The reader's name in messages.
         on_error: What to do with bad input: ``\"raise\"`` (the default, as
             TensorFlow), ``\"skip\"`` or an :class:`~asyncreader.ErrorPolicy`.
-        shared_name, container: Share the reader under this name and container in the
-            current Session's resources (see ``ResourceMgr``).
+        shared_name: Share the reader under this name in the current Session's
+            resources (see ``ResourceMgr``).
+        container: The resource container it is shared in (the default one if ``None``).
 
     Raises:
         InvalidArgumentError: ``<name> must be >= 0 not <v>`` for a negative size, or

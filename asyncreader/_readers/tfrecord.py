@@ -38,8 +38,9 @@ class TFRecordReader(FramedReader):
         name: The reader's name in messages.
         on_error: What to do with bad input: ``\"raise\"`` (the default, as
             TensorFlow), ``\"skip\"`` or an :class:`~asyncreader.ErrorPolicy`.
-        shared_name, container: Share the reader under this name and container in the
-            current Session's resources (see ``ResourceMgr``).
+        shared_name: Share the reader under this name in the current Session's
+            resources (see ``ResourceMgr``).
+        container: The resource container it is shared in (the default one if ``None``).
         max_record_bytes: The longest payload read (default 256 MiB, see
             ``DEFAULT_MAX_RECORD_BYTES`` in ``asyncreader._records``). A header
             declaring more raises :class:`~asyncreader.ResourceExhaustedError` naming the

@@ -31,8 +31,9 @@ class WholeFileReader(WorkItemKeys, ReaderBase):
         name: The reader's name in messages.
         on_error: What to do with bad input: ``\"raise\"`` (the default, as
             TensorFlow), ``\"skip\"`` or an :class:`~asyncreader.ErrorPolicy`.
-        shared_name, container: Share the reader under this name and container in the
-            current Session's resources (see ``ResourceMgr``).
+        shared_name: Share the reader under this name in the current Session's
+            resources (see ``ResourceMgr``).
+        container: The resource container it is shared in (the default one if ``None``).
     """
 
     _tf_state: ClassVar[bool] = True
