@@ -6,9 +6,9 @@ value of its dtype and checked against its shape (:class:`TypedCodec`).
 
 A typed element is stored as a *row*: ``(batch, i)``, where ``batch`` is a tuple of
 component arrays with a leading batch dimension (the queue's own copy of what was enqueued;
-one row long for ``enqueue``) and ``i`` the row. ``enqueue_many`` thus stores a chunk without
-splitting it, and a batched dequeue of rows that came from one chunk is a slice or a single
-fancy-index per component instead of a per-element stack. A chunk stays in memory until its
+one row long for ``enqueue``) and ``i`` the row. ``enqueue_many`` thus stores a batch without
+splitting it, and a batched dequeue of rows that came from one batch is a slice or a single
+fancy-index per component instead of a per-element stack. A batch stays in memory until its
 last row is dequeued.
 
 Validation messages follow TensorFlow's wording (SPEC §2.1, §2.2), so code that matched on
@@ -43,7 +43,7 @@ __all__ = [
 #: A shape: one entry per dimension, ``None`` for a dimension of unknown size.
 Shape = tuple[int | None, ...]
 
-#: A stored typed element: the component arrays of its chunk and its row in them.
+#: A stored typed element: the component arrays of its batch and its row in them.
 Row = tuple[tuple[np.ndarray[Any, Any], ...], int]
 
 _STRING_SPELLINGS = ("string", "str", "bytes", "object")
@@ -349,7 +349,7 @@ class TypedCodec:
             )
 
     def encode_one(self, vals: Any) -> Row:
-        """Convert and check one element into a one-row chunk; nothing is stored if this raises.
+        """Convert and check one element into a one-row batch; nothing is stored if this raises.
 
         Raises:
             InvalidArgumentError: wrong structure, dtype or shape.
@@ -386,8 +386,8 @@ class TypedCodec:
                     "All input tensors must have the same size in the 0th dimension. "
                     f"Component {i} has {arr.shape[0]}, and should have {batch}"
                 )
-        chunk = tuple(arrays)
-        return list(zip(repeat(chunk, batch), range(batch), strict=True))
+        stored = tuple(arrays)
+        return list(zip(repeat(stored, batch), range(batch), strict=True))
 
     # -- results ---------------------------------------------------------------------------
 
@@ -400,8 +400,8 @@ class TypedCodec:
 
     def decode_one(self, row: Row) -> Any:
         """Return the element stored as ``row`` (numpy scalars for scalar components)."""
-        chunk, i = row
-        return self._structure([c[i] for c in chunk])
+        arrays, i = row
+        return self._structure([c[i] for c in arrays])
 
     def check_batchable(self, kind: str) -> None:
         """Raise unless the components have declared shapes (batched dequeues need them).
@@ -423,7 +423,7 @@ class TypedCodec:
         """
         if self.shapes is not None and not any(None in s for s in self.shapes):
             return {"stacked": self._gather(rows)}
-        return {"rows": [[chunk[j][i] for j in range(len(chunk))] for chunk, i in rows]}
+        return {"rows": [[arrays[j][i] for j in range(len(arrays))] for arrays, i in rows]}
 
     def _gather(self, rows: list[Any]) -> list[np.ndarray[Any, Any]]:
         shapes = self.shapes
@@ -433,8 +433,8 @@ class TypedCodec:
             np.empty((k, *(d or 0 for d in shape)), dtype=dtype)
             for dtype, shape in zip(self.dtypes, shapes, strict=True)
         ]
-        for p, (chunk, i) in enumerate(rows):
-            for dst, src in zip(out, chunk, strict=True):
+        for p, (arrays, i) in enumerate(rows):
+            for dst, src in zip(out, arrays, strict=True):
                 dst[p] = src[i]
         return out
 
@@ -468,17 +468,17 @@ class TypedCodec:
                     for dtype, shape in zip(self.dtypes, shapes, strict=True)
                 ]
             )
-        chunk, first = rows[0]
+        arrays, first = rows[0]
         if self.ordered:
-            # FIFO storage keeps each chunk's rows together and in order, so rows that
-            # start and end in one chunk, k - 1 rows apart, are that chunk's slice.
-            last_chunk, last = rows[-1]
-            if last_chunk is chunk and last - first == k - 1:
-                return self._structure([c[first : first + k] for c in chunk])
-        elif all(map(operator.is_, map(_first, rows), repeat(chunk))):
-            # All from one chunk, in any order: one fancy-index per component.
+            # FIFO storage keeps each batch's rows together and in order, so rows that
+            # start and end in one batch, k - 1 rows apart, are that batch's slice.
+            last_arrays, last = rows[-1]
+            if last_arrays is arrays and last - first == k - 1:
+                return self._structure([c[first : first + k] for c in arrays])
+        elif all(map(operator.is_, map(_first, rows), repeat(arrays))):
+            # All from one batch, in any order: one fancy-index per component.
             take = np.fromiter(map(_second, rows), dtype=np.intp, count=k)
-            return self._structure([c[take] for c in chunk])
+            return self._structure([c[take] for c in arrays])
         out: list[Any] = []
         for j, dtype in enumerate(self.dtypes):
             values = [r[0][j][r[1]] for r in rows]

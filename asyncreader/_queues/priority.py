@@ -118,8 +118,8 @@ class PriorityQueue(QueueBase[ElementT]):
         self._pop = self._heap_pop
 
     def _heap_push(self, elem: Row) -> None:
-        chunk, i = elem
-        heapq.heappush(self._buf, (int(chunk[0][i]), next(self._seq), elem))
+        arrays, i = elem
+        heapq.heappush(self._buf, (int(arrays[0][i]), next(self._seq), elem))
 
     def _heap_push_list(self, elems: list[Any]) -> None:
         seq = self._seq

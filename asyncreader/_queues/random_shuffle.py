@@ -41,8 +41,8 @@ class RandomShuffleQueue(QueueBase[ElementT]):
 
     Memory: typed elements with declared shapes are copied into per-component arrays (a
     *slab*, grown by doubling) and dequeued out of them, as TensorFlow stores them, so the
-    queue holds only its elements' bytes. Storing rows of the enqueued chunks instead would
-    keep each chunk alive until its last row is drawn, which in random order takes long:
+    queue holds only its elements' bytes. Storing rows of the enqueued batches instead would
+    keep each batch alive until its last row is drawn, which in random order takes long:
     several times the queue's own size. Without shapes, rows are kept as in FIFOQueue.
 
     Ordering of blocked callers, progressive batches, closing and cancellation behave as in

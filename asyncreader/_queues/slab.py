@@ -1,16 +1,16 @@
 """Slab storage: a RandomShuffleQueue's typed elements in per-component arrays.
 
-Rows of enqueued chunks (see :mod:`.elements`) suit FIFO storage, where a chunk's rows
-leave together and in order. Drawn in random order they do not: a chunk stays alive until
+Rows of enqueued batches (see :mod:`.elements`) suit FIFO storage, where a batch's rows
+leave together and in order. Drawn in random order they do not: a batch stays alive until
 its last row is drawn, and with ``min_after_dequeue`` elements mixing that keeps several
-times the queue's own size of chunks in memory. A slab holds each stored element once, in
+times the queue's own size of batches in memory. A slab holds each stored element once, in
 one row of a preallocated array per component (TensorFlow's layout), so memory follows
 the number of elements stored, and a batch comes out with one fancy index per component
 wherever its elements came from.
 
 An element from ``enqueue_many`` is stored as a *slot* (an int): taken from the free list
 when the element is inserted into the queue, returned to it when a dequeue copies the
-element out. An element from a single ``enqueue`` keeps its one-row chunk (a row), which
+element out. An element from a single ``enqueue`` keeps its one-row batch (a row), which
 pins nothing else and costs no copy; the two kinds mix freely.
 """
 
@@ -104,7 +104,7 @@ class SlabCodec(TypedCodec):
         """Copy encoded elements into free slots and return the slots, in order.
 
         ``rows`` come from one ``enqueue_many`` (:meth:`encode_many`): consecutive rows of
-        one chunk, so each component is copied with one assignment.
+        one batch, so each component is copied with one assignment.
         """
         k = len(rows)
         if not k:
@@ -114,9 +114,9 @@ class SlabCodec(TypedCodec):
         slots = self._free[-k:]
         del self._free[-k:]
         slots.reverse()
-        chunk, first = rows[0]
+        arrays, first = rows[0]
         idx = np.array(slots, dtype=np.intp)
-        for col, src in zip(self._cols, chunk, strict=True):
+        for col, src in zip(self._cols, arrays, strict=True):
             col[idx] = src[first : first + k]
         return slots
 
@@ -161,8 +161,8 @@ class SlabCodec(TypedCodec):
         for out, col in zip(values, self._cols, strict=True):
             out[pos] = col[idx]
         for p in np.flatnonzero(np.logical_not(is_slot)).tolist():
-            chunk, i = rows[p]
-            for out, src in zip(values, chunk, strict=True):
+            arrays, i = rows[p]
+            for out, src in zip(values, arrays, strict=True):
                 out[p] = src[i]
         self._release(idx, slots)
         return self._structure(values)
@@ -177,8 +177,8 @@ class SlabCodec(TypedCodec):
         for dst, col in zip(out, self._cols, strict=True):
             dst[pos] = col[idx]
         for p in np.flatnonzero(np.logical_not(is_slot)).tolist():
-            chunk, i = rows[p]
-            for dst, src in zip(out, chunk, strict=True):
+            arrays, i = rows[p]
+            for dst, src in zip(out, arrays, strict=True):
                 dst[p] = src[i]
         return out
 
