@@ -49,6 +49,7 @@ def chunk_array(chunk: bytes) -> np.ndarray:
     ("make", "chunk"),
     [
         (TFRecordFramer, encode([b"a" * 30, b"bb", b"", b"c" * 70])),  # header walk
+        (TFRecordFramer, encode([b"v" * (i % 7) for i in range(40)])),  # ... many records
         (TFRecordFramer, encode([b"x" * 40] * 50)),  # the uniform-run block path
         (lambda: TFRecordFramer(verify_crc=False), encode([b"x" * 40] * 50)),
         (LineFramer, b"one\r\ntwo\n\nthree\r\nlast"),
