@@ -87,7 +87,6 @@ Records: TypeAlias = tuple[list[int], list[bytes]]
 
 _U8: Final = np.dtype(np.uint8)
 _I64: Final = np.dtype(np.int64)
-_NO_KEYS: Final[IntArray] = np.empty(0, _I64)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -177,7 +176,7 @@ class _Segments:
             else:
                 segments.append(s)
         if not self.keys:
-            keys = _NO_KEYS
+            keys = np.empty(0, _I64)
         elif len(self.keys) == 1 and isinstance(self.keys[0], np.ndarray):
             keys = self.keys[0]
         else:
