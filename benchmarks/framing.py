@@ -5,8 +5,10 @@ Run: ``python benchmarks/framing.py [--mb 64] [--chunk-kib 1024]``
 Each case frames an in-memory file fed in fixed-size chunks (as the readers feed them) and
 prints its throughput next to copying the same (decompressed) chunks once, the reference
 measured in the same run, so the ratio says how close framing comes to raw memory
-bandwidth. GB/s counts decompressed bytes. Times are process CPU time (best of three), so
-other load on the machine disturbs the figures less.
+bandwidth. GB/s counts decompressed bytes. The ``segments`` columns frame the same chunks
+in segment mode (``decode_segments``: buffers with offsets, no object per record), as
+``read_batch`` does; ``--no-segments`` leaves them out. Times are process CPU time (best
+of three), so other load on the machine disturbs the figures less.
 """
 
 from __future__ import annotations
@@ -42,7 +44,12 @@ def chunked(data: bytes, size: int) -> list[bytes]:
     return [data[i : i + size] for i in range(0, len(data), size)]
 
 
-def frame_all(make: Callable[[], object], chunks: list[bytes]) -> Callable[[], int]:
+def frame_all(
+    make: Callable[[], object], chunks: list[bytes], segments: bool = False
+) -> Callable[[], int]:
+    if segments:
+        return frame_segments(make, chunks)
+
     def run() -> int:
         framer = make()
         n = 0
@@ -51,6 +58,19 @@ def frame_all(make: Callable[[], object], chunks: list[bytes]) -> Callable[[], i
             while framer.pending:  # type: ignore[attr-defined]
                 n += len(framer.decode(b"")[0])  # type: ignore[attr-defined]
         return n + len(framer.finish()[0])  # type: ignore[attr-defined]
+
+    return run
+
+
+def frame_segments(make: Callable[[], object], chunks: list[bytes]) -> Callable[[], int]:
+    def run() -> int:
+        framer = make()
+        n = 0
+        for chunk in chunks:
+            n += len(framer.decode_segments(chunk))  # type: ignore[attr-defined]
+            while framer.pending:  # type: ignore[attr-defined]
+                n += len(framer.decode_segments(b""))  # type: ignore[attr-defined]
+        return n + len(framer.finish_segments())  # type: ignore[attr-defined]
 
     return run
 
@@ -82,6 +102,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--mb", type=int, default=64, help="file size per case (MB)")
     parser.add_argument("--chunk-kib", type=int, default=1024, help="chunk size (KiB)")
+    parser.add_argument(
+        "--no-segments", action="store_true", help="leave out the segment-mode columns"
+    )
     args = parser.parse_args()
     total = args.mb << 20
     chunk = args.chunk_kib << 10
@@ -111,15 +134,25 @@ def main() -> None:
         ("fixed 3072 B + header", fixed, fixed, lambda: FixedLengthFramer(3072, header_bytes=16))
     )
 
+    segments = not args.no_segments
     print(f"chunks of {args.chunk_kib} KiB; ratio = framing GB/s / copy GB/s of the same chunks")
-    print(f"{'case':28s} {'records/s':>12s} {'GB/s':>8s} {'copy GB/s':>10s} {'ratio':>7s}")
+    head = f"{'case':28s} {'records/s':>12s} {'GB/s':>8s} {'copy GB/s':>10s} {'ratio':>7s}"
+    if segments:
+        head += f" {'segments rec/s':>15s} {'GB/s':>8s}"
+    print(head)
     for name, fed, stream, make in cases:
-        t, n = best_of(frame_all(make, chunked(fed, chunk)))
+        chunks = chunked(fed, chunk)
+        t, n = best_of(frame_all(make, chunks))
         tc, _ = best_of(copy_all(chunked(stream, chunk)))
         size = len(stream)
-        print(
+        line = (
             f"{name:28s} {n / t:12,.0f} {size / t / 1e9:8.2f} {size / tc / 1e9:10.2f} {tc / t:7.2f}"
         )
+        if segments:
+            ts, ns = best_of(frame_all(make, chunks, segments=True))
+            assert ns == n, (name, ns, n)
+            line += f" {ns / ts:15,.0f} {size / ts / 1e9:8.2f}"
+        print(line)
 
 
 if __name__ == "__main__":

@@ -16,7 +16,9 @@ error names the file). ``len(D) == H`` yields no records.
 Speed: all records a chunk completes are sliced by one strided numpy ``tolist()`` (about
 50 ns per 100-byte record, against about 125 ns for a loop of ``bytes`` slices; for
 3,073-byte records about 270 ns, against 370 ns). A chunk is framed where it lies: only
-the records straddling two chunks are joined.
+the records straddling two chunks are joined. In segment mode
+(:meth:`~asyncreader._records.framer.Framer.decode_segments`) a chunk's records are one
+segment over the chunk, with starts from ``np.arange``.
 
 See :mod:`asyncreader._records.framer` for the chunk contract.
 """
@@ -167,7 +169,16 @@ class FixedLengthFramer(Framer):
         if avail >= 0:
             n = avail // P + 1
             start = nxt - base
-            if n == 1:
+            out = self._out
+            if out is not None:
+                # Segment mode: strided starts into ``buf``, no object per record.
+                out.add(
+                    buf,
+                    np.arange(start, start + n * P, P, dtype=np.int64),
+                    np.full(n, R, dtype=np.int64),
+                    range(self._index, self._index + n),
+                )
+            elif n == 1:
                 values.append(buf[start : start + R])
             elif P == R:
                 values.extend(
@@ -179,7 +190,8 @@ class FixedLengthFramer(Framer):
                         (n,), dtype=np.dtype((np.void, R)), buffer=buf, offset=start, strides=(P,)
                     ).tolist()
                 )
-            keys.extend(range(self._index, self._index + n))
+            if out is None:
+                keys.extend(range(self._index, self._index + n))
             self._index += n
             nxt += n * P
             self._next = nxt

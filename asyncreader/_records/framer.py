@@ -27,6 +27,14 @@ Contract:
   ``FixedLengthFramer(start_index=...)``). A compressed file cannot be seeked: it is fed again
   from its first byte and the fresh framer, given the same start argument, inflates and
   discards everything before ``position``.
+* ``decode_segments(chunk) -> Framed`` and ``finish_segments() -> Framed`` are the *segment
+  mode* of ``decode`` and ``finish``: the same records, keys, positions, errors and
+  statistics, but as :class:`Framed`, buffers with offsets (record ``i`` of a segment is
+  ``buffer[starts[i] : starts[i] + lengths[i]]``), with no Python object per record. A
+  buffer is a read-only view of the ``bytes`` chunk fed (no copy), or of a piece the framer
+  joined (a record carried across chunks, the lines of a rare path) or inflated. A reader
+  uses one mode per framer; the two share the framer's state, so switching between calls
+  gives the same records, but nothing needs it.
 * Errors are :class:`~asyncreader.DataLossError` (and :class:`~asyncreader.OutOfRangeError`
   for a fixed-length file shorter than its header) carrying ``work_item=``, ``record=`` (the
   key of the record concerned) and ``offset=``. When records were completed before the error
@@ -38,9 +46,12 @@ Contract:
 from __future__ import annotations
 
 import dataclasses
-from typing import ClassVar, Final, NoReturn, TypeAlias
+from typing import TYPE_CHECKING, ClassVar, Final, NoReturn, TypeAlias
+
+import numpy as np
 
 from .._errors import AsyncReaderError, DataLossError, InvalidArgumentError
+from .batch import IntArray, Segment
 from .compression import (
     DEFAULT_MAX_OUTPUT,
     Decompressor,
@@ -48,7 +59,17 @@ from .compression import (
     compression_hint,
 )
 
-__all__ = ["DEFAULT_MAX_RECORD_BYTES", "Chunk", "Framer", "FramerStatistics", "Records"]
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+__all__ = [
+    "DEFAULT_MAX_RECORD_BYTES",
+    "Chunk",
+    "Framed",
+    "Framer",
+    "FramerStatistics",
+    "Records",
+]
 
 #: The longest record (TFRecord payload, text line) a reader buffers unless told otherwise:
 #: 256 MiB. Real records are far smaller (a ``tf.train.Example`` is usually kilobytes, and
@@ -62,6 +83,110 @@ DEFAULT_MAX_RECORD_BYTES: Final = 256 << 20
 Chunk: TypeAlias = bytes | bytearray | memoryview
 #: ``(keys, values)`` as returned by ``decode`` and ``finish``.
 Records: TypeAlias = tuple[list[int], list[bytes]]
+
+
+_U8: Final = np.dtype(np.uint8)
+_I64: Final = np.dtype(np.int64)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Framed:
+    """The records of one ``decode_segments`` or ``finish_segments`` call.
+
+    Attributes:
+        keys: The records' keys (the ints ``decode`` gives), in file order, as ``int64``.
+        segments: The records, segment after segment, in file order: record ``i`` of a
+            segment is ``buffer[starts[i] : starts[i] + lengths[i]]``.
+    """
+
+    keys: IntArray
+    segments: list[Segment]
+
+    def __len__(self) -> int:
+        return len(self.keys)
+
+    def tolist(self) -> list[bytes]:
+        """Return the records as ``bytes`` (one object per record: for tests and debugging)."""
+        return [
+            s.buffer[start : start + length].tobytes()
+            for s in self.segments
+            for start, length in zip(s.starts.tolist(), s.lengths.tolist(), strict=True)
+        ]
+
+
+class _Segments:
+    """Where a segment-mode call collects records: segments and key pieces."""
+
+    __slots__ = ("count", "keys", "last", "segments")
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.keys: list[range | IntArray] = []
+        self.segments: list[Segment] = []
+        # The last buffer viewed, so consecutive runs in one chunk share one array.
+        self.last: tuple[bytes, np.ndarray] | None = None
+
+    def __len__(self) -> int:
+        return self.count
+
+    def view(self, buf: bytes) -> np.ndarray:
+        """Return a read-only ``uint8`` array over ``buf`` (no copy)."""
+        last = self.last
+        if last is not None and last[0] is buf:
+            return last[1]
+        array = np.frombuffer(buf, _U8)
+        self.last = (buf, array)
+        return array
+
+    def add(self, buf: bytes, starts: object, lengths: object, keys: range | IntArray) -> None:
+        """Add records ``buf[starts[i] : starts[i] + lengths[i]]`` under ``keys``."""
+        if not len(keys):
+            return
+        self.segments.append(
+            Segment(
+                self.view(buf),
+                np.asarray(starts, _I64),
+                np.asarray(lengths, _I64),
+            )
+        )
+        self.keys.append(keys)
+        self.count += len(keys)
+
+    def add_values(self, keys: Sequence[int], values: list[bytes]) -> None:
+        """Add records given as ``bytes`` (rare paths), joined once into one buffer."""
+        if not values:
+            return
+        lengths = np.fromiter(map(len, values), _I64, len(values))
+        starts = np.zeros(len(values), _I64)
+        np.cumsum(lengths[:-1], out=starts[1:])
+        self.add(b"".join(values), starts, lengths, np.asarray(keys, _I64))
+
+    def framed(self) -> Framed:
+        segments: list[Segment] = []
+        for s in self.segments:
+            if segments and segments[-1].buffer is s.buffer:
+                # Runs framed one after the other in the same buffer: one segment.
+                prev = segments[-1]
+                s = Segment(
+                    s.buffer,
+                    np.concatenate((prev.starts, s.starts)),
+                    np.concatenate((prev.lengths, s.lengths)),
+                )
+                segments[-1] = s
+            else:
+                segments.append(s)
+        if not self.keys:
+            keys = np.empty(0, _I64)
+        elif len(self.keys) == 1 and isinstance(self.keys[0], np.ndarray):
+            keys = self.keys[0]
+        else:
+            keys = np.concatenate(
+                [
+                    np.arange(k.start, k.stop, k.step, dtype=_I64) if isinstance(k, range) else k
+                    for k in self.keys
+                ]
+            )
+        return Framed(keys, segments)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -98,6 +223,7 @@ class Framer:
         "_decomp",
         "_error",
         "_input_bytes",
+        "_out",
         "_records",
         "_skip",
         "_skip_to",
@@ -126,6 +252,8 @@ class Framer:
         self._skip_to: tuple[int, int] | None = None
         self._input_bytes = 0
         self._records = 0
+        # Where records go in segment mode (set for the duration of one call), else None.
+        self._out: _Segments | None = None
 
     # -- public verbs -----------------------------------------------------------------
 
@@ -159,9 +287,33 @@ class Framer:
         """
         if self._error is not None:
             raise self._error
-        self._input_bytes += len(chunk)
         keys: list[int] = []
         values: list[bytes] = []
+        self._decode(chunk, keys, values)
+        self._records += len(keys)
+        return keys, values
+
+    def decode_segments(self, chunk: Chunk) -> Framed:
+        """Feed the next chunk and return the records it completes, as segments.
+
+        The segment mode of :meth:`decode`: the same records, keys, state and errors,
+        with no Python object per record (see :class:`Framed`).
+
+        Raises:
+            DataLossError: when the data is corrupt (see the concrete framer).
+        """
+        if self._error is not None:
+            raise self._error
+        out = self._out = _Segments()
+        try:
+            self._decode(chunk, [], [])
+        finally:
+            self._out = None
+        self._records += out.count
+        return out.framed()
+
+    def _decode(self, chunk: Chunk, keys: list[int], values: list[bytes]) -> None:
+        self._input_bytes += len(chunk)
         try:
             if self._decomp is None:
                 if chunk:
@@ -170,8 +322,6 @@ class Framer:
                 self._inflate(chunk, keys, values)
         except _Deferred:
             pass
-        self._records += len(keys)
-        return keys, values
 
     def finish(self) -> Records:
         """Signal the end of input and return the records it completes.
@@ -187,6 +337,30 @@ class Framer:
             raise self._error
         keys: list[int] = []
         values: list[bytes] = []
+        self._finish_input(keys, values)
+        self._records += len(keys)
+        return keys, values
+
+    def finish_segments(self) -> Framed:
+        """Signal the end of input and return the records it completes, as segments.
+
+        The segment mode of :meth:`finish` (see :meth:`decode_segments`).
+
+        Raises:
+            DataLossError: when the input ends inside a record or a compressed stream, or
+                is corrupt.
+        """
+        if self._error is not None:
+            raise self._error
+        out = self._out = _Segments()
+        try:
+            self._finish_input([], [])
+        finally:
+            self._out = None
+        self._records += out.count
+        return out.framed()
+
+    def _finish_input(self, keys: list[int], values: list[bytes]) -> None:
         try:
             if self._decomp is not None:
                 while self._decomp.pending:
@@ -213,8 +387,6 @@ class Framer:
             self._finish(keys, values)
         except _Deferred:
             pass
-        self._records += len(keys)
-        return keys, values
 
     def statistics(self) -> FramerStatistics:
         """Return a snapshot of the framer's progress."""
@@ -271,7 +443,7 @@ class Framer:
     def _fail(self, error: AsyncReaderError, keys: list[int]) -> NoReturn:
         """Record ``error``; raise it now unless records were completed before it."""
         self._error = error
-        if keys:
+        if keys or self._out:
             raise _Deferred
         raise error
 

@@ -14,11 +14,18 @@ See :mod:`asyncreader._records.framer` for the chunk contract. Every byte sequen
 lines; the only error is a line longer than ``max_record_bytes``
 (:class:`~asyncreader.ResourceExhaustedError`), raised as soon as that many bytes of it are
 held, so a file without newlines cannot take memory without bound.
+
+In segment mode (:meth:`~asyncreader._records.framer.Framer.decode_segments`) numpy finds
+a chunk's newlines (``np.flatnonzero(chunk == 10)``) and trims the ``\r`` before them in
+one vectorised step: the lines are one segment over the chunk, plus a one-record segment
+for a line carried over from earlier chunks.
 """
 
 from __future__ import annotations
 
 from typing import NoReturn
+
+import numpy as np
 
 from .._errors import InvalidArgumentError, ResourceExhaustedError
 from .compression import TFRecordCompressionType
@@ -97,6 +104,9 @@ class LineFramer(Framer):
         return self._partial_len
 
     def _frame(self, data: bytes, keys: list[int], values: list[bytes]) -> None:
+        if self._out is not None:
+            self._frame_segments(data, keys, values)
+            return
         # One split of the whole chunk; its last piece is the unterminated rest. Cutting the
         # chunk first would copy it.
         lines = data.split(b"\n")
@@ -127,6 +137,60 @@ class LineFramer(Framer):
         if b"\r" in data or lines[0][-1:] == b"\r":
             lines = [line[:-1] if line[-1:] == b"\r" else line for line in lines]
         self._emit(lines, keys, values)
+
+    def _frame_segments(self, data: bytes, keys: list[int], values: list[bytes]) -> None:
+        """Segment mode of :meth:`_frame`: newlines found and ``\r`` trimmed by numpy."""
+        out = self._out
+        assert out is not None
+        array = out.view(data)
+        ends = np.flatnonzero(array == 10)
+        count = len(ends)
+        limit = self._limit
+        if not count:
+            if self._partial_len + len(data) > limit:
+                self._too_long(None, keys)
+            self._partial.append(data)
+            self._partial_len += len(data)
+            return
+        rest = len(data) - int(ends[-1]) - 1
+        starts = np.empty(count, np.int64)
+        starts[0] = 0
+        starts[1:] = ends[:-1] + 1
+        if (
+            self._partial_len + int(ends[0]) > limit
+            or rest > limit
+            or (len(data) > limit and int((ends - starts).max()) > limit)
+        ):
+            # Rare: frame the lines before the long one, then fail (as list mode does).
+            lines = data.split(b"\n")
+            tail = lines.pop()
+            self._frame_to_long_line(data, lines, tail, keys, values)
+        self._pos += self._partial_len + len(data) - rest
+        first = self._line
+        self._line = first + count
+        drop = max(self._skip_lines - first + 1, 0)
+        if self._partial:
+            # The line carried over from earlier chunks: joined, its own segment.
+            self._partial.append(data[: ends[0]])
+            head = b"".join(self._partial)
+            if drop:
+                drop -= 1
+            else:
+                out.add_values((first,), [head[:-1] if head[-1:] == b"\r" else head])
+            starts = starts[1:]
+            ends = ends[1:]
+            first += 1
+        self._partial = [data[len(data) - rest :]] if rest else []
+        self._partial_len = rest
+        if drop:
+            starts = starts[drop:]
+            ends = ends[drop:]
+            first += drop
+        if len(starts):
+            # One "\r" before the "\n" is not part of the line (the line may be empty).
+            lengths = ends - starts
+            lengths -= (array[ends - 1] == 13) & (lengths > 0)
+            out.add(data, starts, lengths, range(first, first + len(starts)))
 
     def _frame_to_long_line(
         self, data: bytes, lines: list[bytes], rest: bytes, keys: list[int], values: list[bytes]
@@ -170,6 +234,9 @@ class LineFramer(Framer):
                 return
             lines = lines[drop:]
             first += drop
+        if self._out is not None:
+            self._out.add_values(range(first, first + len(lines)), lines)
+            return
         keys.extend(range(first, first + len(lines)))
         values.extend(lines)
 

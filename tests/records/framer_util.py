@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import copy
+import functools
 from typing import TYPE_CHECKING
+
+import numpy as np
+import pytest
 
 import asyncreader as ar
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Callable, Sequence
 
-    from asyncreader._records.framer import Framer
+    from asyncreader._records.framer import Framed, Framer, Records
 
 
 def feed_until_error(
@@ -20,24 +25,76 @@ def feed_until_error(
     Returns the keys and values delivered and the error that stopped the framer, or
     ``None``. Each piece is followed by ``decode(b"")`` while the framer has pending
     compressed input. Cuts at 0 or ``len(data)`` feed an empty piece.
+
+    A copy of the framer is fed the same pieces in segment mode (``decode_segments`` /
+    ``finish_segments``), call by call: each call must give the same keys and records
+    (checked to be views of the chunk where no join was needed), the same error at the
+    same call, and leave the same position, ``skip_to`` and statistics. So every framer
+    test that feeds through here also tests segment mode.
     """
+    twin = copy.deepcopy(framer)
     keys: list[int] = []
     values: list[bytes] = []
     prev = 0
+
+    def step(call: Callable[[], Records], call_segments: Callable[[], Framed]) -> Records:
+        try:
+            result = call()
+        except ar.AsyncReaderError as exc:
+            with pytest.raises(type(exc)) as info:
+                call_segments()
+            assert_same_error(info.value, exc)
+            raise
+        framed = call_segments()
+        assert framed.keys.dtype == np.int64
+        assert framed.keys.tolist() == result[0]
+        assert framed.tolist() == result[1]
+        for segment in framed.segments:
+            assert not segment.buffer.flags.writeable
+            assert segment.starts.dtype == segment.lengths.dtype == np.int64
+        assert_same_state(twin, framer)
+        return result
+
     try:
         for cut in [*cuts, len(data)]:
-            k, v = framer.decode(data[prev:cut])
+            piece = data[prev:cut]
+            k, v = step(
+                functools.partial(framer.decode, piece),
+                functools.partial(twin.decode_segments, piece),
+            )
             keys += k
             values += v
             prev = cut
             while framer.pending:
-                k, v = framer.decode(b"")
+                k, v = step(lambda: framer.decode(b""), lambda: twin.decode_segments(b""))
                 keys += k
                 values += v
-        k, v = framer.finish()
+        k, v = step(framer.finish, twin.finish_segments)
     except ar.AsyncReaderError as exc:
+        assert_same_state(twin, framer)
         return keys, values, exc
     return keys + k, values + v, None
+
+
+def assert_same_error(got: BaseException, expected: ar.AsyncReaderError) -> None:
+    """Check that segment mode raised the error list mode did."""
+    assert isinstance(got, ar.AsyncReaderError)
+    assert type(got) is type(expected)
+    assert (got.message, got.work_item, got.record, got.offset) == (
+        expected.message,
+        expected.work_item,
+        expected.record,
+        expected.offset,
+    )
+
+
+def assert_same_state(twin: Framer, framer: Framer) -> None:
+    """Check that the segment-mode twin is where the list-mode framer is."""
+    assert twin.position == framer.position
+    assert twin.next_key == framer.next_key
+    assert twin.skip_to == framer.skip_to
+    assert twin.pending == framer.pending
+    assert twin.statistics() == framer.statistics()
 
 
 def feed(framer: Framer, data: bytes, cuts: Sequence[int] = ()) -> tuple[list[int], list[bytes]]:
