@@ -34,53 +34,47 @@ buffer are not yet *produced*: they are not counted, and saved state resumes at 
 of them. Record keys are :mod:`~asyncreader._readers.keys`'s; state bytes and their checks
 are :mod:`~asyncreader._readers.state`'s.
 
-:class:`ReaderBase` shows its public protocol first (hooks, verbs, identity and statistics,
-lifecycle), then the machinery behind it: locking, work items, the hook path, where saved
-state resumes, abandoned hook calls, and the small protocols through which the runtime
-(checkpoints, stage statistics) and :class:`~asyncreader.RecordRefs` see a reader.
+This module holds the protocol itself: :class:`ReaderBase`'s hooks, verbs, identity and
+statistics, lifecycle and locking. The machinery behind the verbs lives in mixins, one
+concern each, that :class:`ReaderBase` inherits: the hook path past the buffer
+(:mod:`~asyncreader._readers.hook_path`), work items
+(:mod:`~asyncreader._readers.work_items`), where saved state resumes
+(:mod:`~asyncreader._readers.saved_state`), abandoned hook calls
+(:mod:`~asyncreader._readers.abandoned`), and the protocols through which the runtime
+(checkpoints, stage statistics) and :class:`~asyncreader.RecordRefs` see a reader
+(:mod:`~asyncreader._readers.runtime_protocols`).
 """
 
 from __future__ import annotations
 
 import collections
 import dataclasses
-import functools
 import inspect
 import warnings
 from abc import ABC
 from typing import TYPE_CHECKING, Any, ClassVar, Final, Self, TypeAlias, TypeVar
 
 import anyio
-from anyio.lowlevel import checkpoint, checkpoint_if_cancelled
+from anyio.lowlevel import checkpoint
 
 from .._error_policy import MAX_DEAD_LETTERS, DeadLetter, ErrorPolicy, OnError, as_policy
-from .._errors import (
-    AsyncReaderError,
-    FailedPreconditionError,
-    InvalidArgumentError,
-)
-from .._io.executor import IoCall, run_io_abandoning
-from .._runtime.checkpoint import RestoredWork, check_taken_work
+from .._errors import FailedPreconditionError, InvalidArgumentError
 from .._runtime.resources import SharedResource
-from .._runtime.stages import StageState, StageStatistics
 from .._yields import yield_budget
+from .abandoned import AbandonedCalls
 from .buffer import ReadAheadBuffer
+from .hook_path import HookPath
 from .keys import RecordKeys
-from .reread import ReaderRecords
-from .state import (
-    SKIP,
-    ReaderState,
-    check_skip,
-    encode_native,
-    encode_tf_proto,
-    from_checkpoint,
-    in_progress_tree,
-    parse_state,
-)
-from .work import WorkQueue, check_work_queue, work_item_bytes
+from .runtime_protocols import RuntimeProtocols
+from .saved_state import SavedState
+from .state import ReaderState, encode_tf_proto
+from .work import WorkQueue
+from .work_items import WorkItems
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
+
+    from .abandoned import _Pending
 
 __all__ = [
     "ReadManyResult",
@@ -101,10 +95,6 @@ _YIELD_INTERVAL: Final = 64
 ReadOneResult: TypeAlias = "tuple[bytes, bytes] | tuple[bytes, bytes, bool] | None"
 #: What ``read_many`` returns: ``(keys, values, at_end)``.
 ReadManyResult: TypeAlias = tuple[list[bytes], list[bytes], bool]
-
-#: How long shielded cleanup (closing a finished work item's file, dropping an abandoned
-#: item's state) waits for its thread before abandoning it.
-_SHIELD_GRACE: Final = 2.0
 
 #: How long closing a reader waits for a hook thread a cancelled call abandoned.
 _CLOSE_GRACE: Final = 0.5
@@ -153,7 +143,16 @@ class ReaderStatistics:
     abandoned_total: int = 0
 
 
-class ReaderBase(RecordKeys, SharedResource, ABC):
+class ReaderBase(
+    HookPath,
+    WorkItems,
+    SavedState,
+    AbandonedCalls,
+    RuntimeProtocols,
+    RecordKeys,
+    SharedResource,
+    ABC,
+):
     """Base of every reader: takes work from a queue and produces ``(key, value)`` records.
 
     Implements TensorFlow's reader protocol (SPEC §3): work is taken only when none is in
@@ -570,522 +569,6 @@ class ReaderBase(RecordKeys, SharedResource, ABC):
         if exc is not None:
             raise exc
 
-    # -- work items ------------------------------------------------------------------------
-
-    async def _take_work(self, queue: WorkQueue) -> None:
-        check_work_queue(queue, self.display_name)
-        while True:
-            item = await queue.dequeue()
-            work = work_item_bytes(item)
-            check_taken_work(queue, work)  # a restored queue's strings may not be trusted
-            self._work = work
-            self._buffer.clear()
-            try:
-                await self._call("on_work_started", work)
-            except BaseException as exc:
-                if self._note_pending("start"):
-                    raise  # the next operation takes the outcome of the open
-                if isinstance(exc, Exception):
-                    self._errors += 1
-                await self._abandon()
-                if isinstance(exc, AsyncReaderError) and self._skip(exc, rest=True):
-                    continue
-                raise
-            self._started += 1
-            return
-
-    def _skip(self, exc: AsyncReaderError, *, rest: bool) -> bool:
-        """Note bad input the policy skips; return ``False`` when the error must be raised.
-
-        ``rest``: the rest of the work item is skipped (not just one record). Contract
-        errors of a reader subclass (plain :class:`AsyncReaderError`) are never skipped.
-        """
-        policy = self._policy
-        if not policy.skip or type(exc) is AsyncReaderError:
-            return False
-        self._skipped += 1
-        record = None if exc.record is None else self._work + b":" + str(exc.record).encode()
-        self._dead.append(DeadLetter(self._work, record, exc, rest))
-        reason = policy.exceeded(self._skipped, self._produced)
-        if reason is not None:
-            exc.add_note(f"{self.display_name}: {reason} (see dead_letters)")
-            return False
-        return True
-
-    async def _finish_work(self) -> None:
-        self._buffer.clear()
-        # Shielded: once a work item's last record is in hand the file is closed, however
-        # the caller is cancelled meanwhile (the hook is short; a thread blocked past the
-        # grace period is abandoned and closes the file when it returns).
-        with anyio.CancelScope(shield=True) as scope:
-            scope.deadline = anyio.current_time() + _SHIELD_GRACE
-            try:
-                await self._call("on_work_finished")
-            except Exception:
-                self._errors += 1
-                raise
-            finally:
-                self._finished = self._started
-        if scope.cancelled_caught:
-            self._needs_reset = True  # the next operation closes what is still open
-
-    async def _abandon(self) -> None:
-        if self._pending is not None:
-            # A hook's thread still works on the state: the next operation drops it.
-            self._needs_reset = True
-            return
-        await self._drop_work_state()
-
-    async def _drop_work_state(self) -> None:
-        """Run ``reset_state`` and close the files: shielded, but never waiting for good."""
-        with anyio.CancelScope(shield=True) as scope:
-            scope.deadline = anyio.current_time() + _SHIELD_GRACE
-            try:
-                await self._call("reset_state")
-            finally:
-                if self._pending is None and self._must_close_files():
-                    await self._run_blocking(self._close_files)
-        if scope.cancelled_caught:
-            self._needs_reset = True  # the next operation tries again
-
-    async def _resume_work(self) -> None:
-        """Reopen a work item restored in progress and seek to the saved position."""
-        extra = self._resume
-        assert extra is not None
-        try:
-            await self._call("on_work_started", self._work)
-            await self._restore_position(extra)
-        except BaseException as exc:
-            if self._note_pending("resume"):
-                raise  # the next read resumes from the same point
-            if isinstance(exc, Exception):
-                self._errors += 1
-            # As for a work item that failed to start: it is abandoned.
-            self._started = self._finished
-            self._resume = None
-            await self._abandon()
-            raise
-        self._resume = None
-
-    async def _restore_position(self, extra: bytes) -> None:
-        """Seek the reopened work item to the position ``extra`` saved: the hook's own
-        extra state, then records skipped past it."""
-        (skip,) = SKIP.unpack_from(extra)
-        await self._call("restore_extra", extra[SKIP.size :])
-        await self._skip_records(skip)
-
-    async def _skip_records(self, skip: int) -> None:
-        """Read and drop ``skip`` records of the current work item (delivered before the
-        state was saved)."""
-        while skip > 0:
-            if self._has_read_many:
-                keys, _, at_end = await self._read_many_hook(skip)
-                skip -= len(keys)
-            else:
-                key, _, at_end = await self._read_one_hook()
-                skip -= key is not None
-            if at_end:
-                break
-
-    # -- the hook path (the buffered path overrides _read_on and _read_on_many) ------------
-
-    async def _read_locked(self, queue: WorkQueue) -> tuple[bytes, bytes]:
-        self._raise_deferred()
-        buffer = self._buffer
-        while True:
-            i = buffer.pos
-            if i < buffer.n:
-                # The read-ahead buffer, or records a cancelled call put back.
-                buffer.pos = i + 1
-                self._produced += 1
-                return buffer.keys[i], buffer.values[i]
-            if self._finished >= self._started:
-                await self._take_work(queue)
-            elif self._resume is not None:
-                await self._resume_work()
-            if buffer.pos < buffer.n:
-                continue
-            if buffer.at_end:
-                # The last run, or the records an abandoned call read, ended the item.
-                await self._finish_work()
-                continue
-            record = await self._read_on()
-            if record is not None:
-                return record
-
-    async def _read_on(self) -> tuple[bytes, bytes] | None:
-        """Read on in the current work item for :meth:`read`: return the next record, or
-        ``None`` when there is none to return (the work item ended, or the records went to
-        the read-ahead buffer)."""
-        mark = self._mark()
-        try:
-            key, value, at_end = await self._read_one_hook()
-        except BaseException as exc:
-            if self._note_pending("records", "read_one", 1, mark) or not isinstance(
-                exc, AsyncReaderError
-            ):
-                raise
-
-            if not self._skip(exc, rest=True):
-                raise
-            key = value = None  # the rest of the work item is skipped
-        if key is None or value is None:
-            await self._finish_work()
-            return None
-        self._produced += 1
-        try:
-            # Never hand a record to a caller being cancelled: it would be lost.
-            await checkpoint_if_cancelled()
-        except BaseException:
-            self._put_back([key], [value], mark)
-            raise
-        if at_end:
-            try:
-                await self._finish_work()
-            except Exception as exc:
-                self._deferred = exc
-        return key, value
-
-    async def _read_up_to_locked(self, queue: WorkQueue, n: int) -> tuple[list[bytes], list[bytes]]:
-        keys: list[bytes] = []
-        values: list[bytes] = []
-        mark: tuple[Any, int] = (None, 0)
-        self._raise_deferred()
-        buffer = self._buffer
-        try:
-            while len(keys) < n:
-                i = buffer.pos
-                avail = buffer.n - i
-                if avail:
-                    # The read-ahead buffer, or records a cancelled call put back.
-                    if not keys:
-                        mark = self._mark()
-                    take = min(avail, n - len(keys))
-                    if not keys and take == buffer.n:
-                        keys, values = buffer.keys, buffer.values
-                    else:
-                        keys += buffer.keys[i : i + take]
-                        values += buffer.values[i : i + take]
-                    buffer.pos = i + take
-                    self._produced += take
-                    continue
-                if self._finished >= self._started:
-                    if keys:
-                        # Records put back end where their work item ended.
-                        break
-                    await self._take_work(queue)
-                elif self._resume is not None:
-                    await self._resume_work()
-                if buffer.pos < buffer.n:
-                    continue
-                if buffer.at_end:
-                    # The last run, or the records an abandoned call read, ended the item.
-                    if keys:
-                        await checkpoint_if_cancelled()
-                    await self._finish_work()
-                    if keys:
-                        return keys, values
-                    continue
-                if not keys:
-                    mark = self._mark()
-                more = await self._read_on_many(n - len(keys), (mark[0], mark[1] + len(keys)))
-                if more is None:
-                    continue
-                got_k, got_v, at_end = more
-                self._produced += len(got_k)
-                keys += got_k
-                values += got_v
-                if at_end:
-                    if keys:
-                        await checkpoint_if_cancelled()
-                    await self._finish_work()
-                    if keys:
-                        return keys, values
-            # Never hand records to a caller being cancelled: they would be lost.
-            await checkpoint_if_cancelled()
-        except Exception as exc:
-            if not keys:
-                raise
-            # Deliver the records gathered before the error (TensorFlow drops them); the
-            # next call raises it.
-            self._deferred = exc
-        except BaseException:
-            # Cancelled: the records go back to the buffer for the next call.
-            if keys and self._finished < self._started:
-                self._put_back(keys, values, mark)
-            raise
-        return keys, values
-
-    async def _read_on_many(self, n: int, mark: tuple[Any, int]) -> ReadManyResult | None:
-        """Read on in the current work item for :meth:`read_up_to`: return up to ``n``
-        records, ``(keys, values, at_end)``, or ``None`` when the records went to the
-        read-ahead buffer instead. ``mark`` is where the first of them starts."""
-        try:
-            if self._has_read_many:
-                got_k, got_v, at_end = await self._read_many_hook(n)
-            else:
-                key, value, at_end = await self._read_one_hook()
-                got_k = [] if key is None else [key]
-                got_v = [] if value is None else [value]
-        except BaseException as exc:
-            hook = "read_many" if self._has_read_many else "read_one"
-            if self._note_pending("records", hook, n, mark):
-                raise
-            if not isinstance(exc, AsyncReaderError) or not self._skip(exc, rest=True):
-                raise
-            got_k, got_v, at_end = [], [], True  # the rest is skipped
-        return got_k, got_v, at_end
-
-    async def _read_one_hook(self) -> tuple[bytes | None, bytes | None, bool]:
-        try:
-            result = await self._call("read_one")
-        except AsyncReaderError:
-            self._errors += 1
-            raise
-        return self._check_one(result)
-
-    def _check_one(self, result: Any) -> tuple[bytes | None, bytes | None, bool]:
-        """Check what ``read_one`` returned; return ``(key, value, at_end)``."""
-        if result is None:
-            return None, None, True
-        if type(result) is tuple and len(result) in (2, 3):
-            key, value = result[0], result[1]
-            at_end = bool(result[2]) if len(result) == 3 else False
-            if isinstance(key, bytes) and isinstance(value, bytes):
-                return key, value, at_end
-        raise self._contract_error("read_one", result)
-
-    async def _read_many_hook(self, n: int) -> tuple[list[bytes], list[bytes], bool]:
-        try:
-            result = await self._call("read_many", n)
-        except AsyncReaderError:
-            self._errors += 1
-            raise
-        return self._check_many(result, n)
-
-    def _check_many(self, result: Any, n: int) -> tuple[list[bytes], list[bytes], bool]:
-        """Check what ``read_many(n)`` returned."""
-        if type(result) is tuple and len(result) == 3:
-            keys, values, at_end = result
-            if (
-                isinstance(keys, list)
-                and isinstance(values, list)
-                and len(keys) == len(values) <= n
-                and (keys or at_end)
-            ):
-                return keys, values, bool(at_end)
-        raise self._contract_error("read_many", result)
-
-    def _contract_error(self, hook: str, result: object) -> AsyncReaderError:
-        return AsyncReaderError(
-            f"{hook}() for {self.display_name} must return "
-            + (
-                "(key, value), (key, value, at_end) or None (at end)"
-                if hook == "read_one"
-                else "(keys, values, at_end) with 1..n records or at_end true"
-            )
-            + f", not {result!r:.200}",
-            work_item=self._work,
-        )
-
-    # -- where saved state resumes ---------------------------------------------------------
-
-    def _mark(self) -> tuple[Any, int]:
-        """Where the next record comes from, to put records back to (see :meth:`_put_back`):
-        a hook reader's extra state and how many records past it."""
-        buffer = self._buffer
-        if buffer.pos < buffer.n:
-            return self._pushback_extra, self._pushback_base + buffer.pos
-        in_progress = self._finished < self._started
-        return (self.serialize_extra() if in_progress else None), 0
-
-    def _put_back(self, keys: list[bytes], values: list[bytes], mark: tuple[Any, int]) -> None:
-        """Return records a failed or cancelled call had taken to the front of the buffer.
-
-        ``mark`` is :meth:`_mark` from when the call took its first record: saved state
-        then resumes at the first record put back.
-        """
-        self._buffer.put_back(keys, values)
-        self._produced -= len(keys)
-        restart, skip = mark
-        self._rewind(restart, skip)
-
-    def _rewind(self, mark: Any, skip: int) -> None:
-        """Make saved state restart at ``mark``, ``skip`` records on (from :meth:`_mark`)."""
-        self._pushback_extra, self._pushback_base = mark, skip
-
-    def _start_state(self) -> bytes:
-        """Return the extra state of the current work item's first record."""
-        return SKIP.pack(0) + self.serialize_extra()
-
-    def _position_state(self) -> bytes:
-        """Return the extra state of the next undelivered record of the work item in
-        progress (a hook reader: records skipped past the hook's own extra state)."""
-        buffer = self._buffer
-        if self._pushback_extra is not None and buffer.pos < buffer.n:
-            # Records put back wait in the buffer: resume before them, skipping those
-            # already delivered from it.
-            return SKIP.pack(self._pushback_base + buffer.pos) + self._pushback_extra
-        return SKIP.pack(0) + self.serialize_extra()
-
-    def _native_state(self) -> bytes:
-        """Return the state in asyncreader's format, with the work item in progress."""
-        in_progress = self._finished < self._started
-        started = self._started
-        if self._opening():
-            # The work item just dequeued is still being opened by an abandoned call: save
-            # it as started, at its first record, so that a restore does not lose it.
-            started += 1
-            extra = self._start_state()
-        elif not in_progress:
-            extra = b""
-        elif self._resume is not None:
-            extra = self._resume
-        else:
-            extra = self._position_state()
-        state = ReaderState(started, self._finished, self._produced, self._work, extra)
-        return encode_native(type(self).__name__, state)
-
-    def _restore(self, state: object, *, native: bool) -> None:
-        """Restore ``state``; ``native``: in asyncreader's format whatever the reader."""
-        self._check_open()
-        if self._lock.locked():
-            raise FailedPreconditionError(
-                f"cannot restore the state of {self.display_name} while it is reading"
-            )
-        if not isinstance(state, (bytes, bytearray, memoryview)):
-            raise InvalidArgumentError(f"Reader state must be bytes, not {type(state).__name__}")
-        data = bytes(state)
-        try:
-            parsed = self._parse_state(data, native=native)
-        except InvalidArgumentError:
-            self._reset_sync()
-            self._needs_reset = True
-            raise
-        self._reset_sync()
-        self._needs_reset = True
-        self._started = parsed.work_started
-        self._finished = parsed.work_finished
-        self._produced = parsed.num_records_produced
-        self._work = parsed.current_work
-        if parsed.work_finished < parsed.work_started:
-            self._resume = parsed.extra
-
-    def _parse_state(self, data: bytes, *, native: bool = False) -> ReaderState:
-        return parse_state(
-            data,
-            kind=type(self).__name__,
-            reader=self.display_name,
-            tf_format=self._tf_state and not native,
-            check_extra=self._check_extra,
-        )
-
-    def _check_extra(self, extra: bytes) -> None:
-        """Validate the extra state of a restored in-progress work item (on the loop)."""
-        check_skip(extra)
-
-    def _opening(self) -> bool:
-        """Whether an abandoned call still opens the work item just dequeued."""
-        pending = self._pending
-        return pending is not None and pending.kind == "start" and pending.epoch == self._epoch
-
-    # -- abandoned hook calls --------------------------------------------------------------
-
-    async def _run_blocking(self, fn: Callable[..., T], *args: Any) -> T:
-        """Run ``fn(*args)`` on the I/O executor; a cancellation abandons a blocked thread.
-
-        An abandoned call is noted in ``_pending``: the hook's objects must not be touched
-        until it returns. The caller's handler says what its outcome means (``kind``); the
-        next operation waits for it and applies it (:meth:`_resolve_pending`).
-        """
-        call = IoCall(functools.partial(fn, *args), self._release_abandoned)
-        try:
-            return await run_io_abandoning(call)
-        except BaseException:
-            if call.abandoned:
-                self._pending = _Pending(call, self._epoch)
-                self._abandoned_total += 1
-            raise
-
-    def _note_pending(self, kind: str, *info: Any) -> bool:
-        """Say what the outcome of the call just abandoned (if any) means; the innermost
-        handler speaks. Return whether a call was abandoned."""
-        pending = self._pending
-        if pending is None:
-            return False
-        if pending.kind is None:
-            pending.kind, pending.info = kind, info
-        return True
-
-    def _release_abandoned(self) -> None:
-        """Drop what an abandoned, discarded hook left (on its thread, once it returned)."""
-        try:
-            if "reset_state" not in self._async_hooks:
-                self.reset_state()
-        finally:
-            if self._must_close_files():
-                self._close_files()
-
-    async def _resolve_pending(self, *, apply: bool = True) -> None:
-        """Wait (cancellably) for an abandoned hook call, then apply its outcome (unless
-        ``apply`` is false: the caller drops the work item anyway)."""
-        pending = self._pending
-        if pending is None:
-            return
-        await pending.call.wait()
-        self._pending = None
-        if not apply or pending.epoch != self._epoch or pending.kind is None:
-            # Dropped, restored since (its state is gone), or nothing to apply.
-            self._needs_reset = self._needs_reset or not apply
-            return
-        await self._apply_pending(pending.kind, pending.call, pending.info)
-
-    async def _apply_pending(self, kind: str, call: IoCall[Any], info: tuple[Any, ...]) -> None:
-        """Apply the outcome of an abandoned hook call of ``kind`` (see :class:`_Pending`)."""
-        if kind == "start":
-            try:
-                call.outcome()
-            except Exception as exc:
-                self._errors += 1
-                await self._abandon()
-                if isinstance(exc, AsyncReaderError) and self._skip(exc, rest=True):
-                    return
-                raise
-            self._started += 1
-        elif kind == "resume":
-            # Stopped part-way: drop what it did; the next read resumes from the start.
-            await self._abandon()
-        elif kind == "records":
-            hook, n, mark = info
-            try:
-                if hook == "read_one":
-                    key, value, at_end = self._check_one(call.outcome())
-                    keys = [] if key is None or value is None else [key]
-                    values = [] if key is None or value is None else [value]
-                else:
-                    keys, values, at_end = self._check_many(call.outcome(), n)
-            except AsyncReaderError as exc:
-                self._errors += 1
-                if not self._skip(exc, rest=True):
-                    raise
-                keys, values, at_end = [], [], True  # the rest is skipped
-            if self._buffer.pos >= self._buffer.n:
-                self._buffer.clear()
-                self._pushback_extra, self._pushback_base = mark
-            self._buffer_more(keys, values, at_end)
-
-    def _buffer_more(self, keys: list[bytes], values: list[bytes], at_end: bool) -> None:
-        """Append records an abandoned call read to the (undelivered) buffer."""
-        dropped = self._buffer.append(keys, values, at_end)
-        if dropped:
-            # The delivered head of the buffer is gone; saved state still counts it.
-            self._drop_delivered(dropped)
-
-    def _drop_delivered(self, n: int) -> None:
-        """The buffer's first ``n`` records, delivered, were dropped: the mark of its first
-        record moves past them."""
-        self._pushback_base += n
-
     # -- files (built-in readers) ----------------------------------------------------------
 
     def _close_files(self) -> None:
@@ -1097,82 +580,3 @@ class ReaderBase(RecordKeys, SharedResource, ABC):
     def _must_close_files(self) -> bool:
         """Whether dropping the work item's state must close files (on a worker thread)."""
         return self._has_open_files()
-
-    # -- protocols of the runtime (checkpoints, stage statistics) and of RecordRefs --------
-
-    def _checkpoint_save(self) -> Any:
-        if self._tf_state and (self._finished < self._started or self._opening()):
-            # TensorFlow's format cannot hold a work item in progress (its restore refuses
-            # one): a session checkpoint saves it in asyncreader's format, so that the
-            # restored reader retries that item instead of losing it.
-            self._check_open()
-            return in_progress_tree(self._native_state())
-        return self.serialize_state()
-
-    def _checkpoint_restore(self, tree: Any) -> None:
-        data, native = from_checkpoint(tree, tf_state=self._tf_state)
-        self._restore(data, native=native)
-
-    def _checkpoint_work_items(self, tree: Any) -> RestoredWork | None:
-        """Return the work item a session checkpoint's tree would make the reader read
-        (``None`` for none, or for a tree that is not a state of this reader: the restore
-        rejects it)."""
-        data, native = from_checkpoint(tree, tf_state=self._tf_state)
-        if not isinstance(data, bytes):
-            return None
-        try:
-            work = self._parse_state(data, native=native).current_work
-        except InvalidArgumentError:
-            return None
-        return RestoredWork((work,)) if work else None
-
-    def _stage_statistics(self) -> StageStatistics:
-        """Where the reader's reads are, for the runtime's stage statistics."""
-        stats = self.statistics()
-        # Reads that went past the buffered fast path, each in a cancel scope of the reader
-        # (waiting for its lock or running). Without a work item they wait for the work queue.
-        active = len(self._scopes)
-        waiting_work = active if stats.current_work is None else 0
-        busy = active - waiting_work
-        state: StageState
-        if stats.closed:
-            state = "closed"
-        elif waiting_work:
-            state = "waiting_for_work"
-        elif busy:
-            state = "reading"
-        else:
-            state = "idle"
-        return StageStatistics("reader", self.name, state, 0, waiting_work, busy, stats)
-
-    def _record_source(self) -> ReaderRecords | None:
-        """Return what reads this reader's records again from their keys, or ``None`` when
-        it cannot (the ``RereadableReader`` protocol of :class:`~asyncreader.RecordRefs`)."""
-        return ReaderRecords(self) if self._rereadable else None
-
-    def _reread(self, work: bytes, wanted: list[int]) -> list[bytes]:
-        """Return the values of records ``wanted`` (sorted, distinct) of ``work``.
-
-        Does not touch the reader's own state. Blocks when :attr:`_reread_blocks`.
-
-        Raises:
-            NotFoundError: the file is gone.
-            DataLossError: a record is corrupt or not in the file.
-        """
-        raise NotImplementedError
-
-
-@dataclasses.dataclass(slots=True)
-class _Pending:
-    """A hook call a cancelled operation abandoned (see ``ReaderBase._run_blocking``).
-
-    ``kind`` says how the next operation applies its outcome: ``"start"`` (the work item
-    just dequeued was being opened), ``"resume"``, ``"fill"`` (a record run),
-    ``"skip_bad"`` (``info``: the framing error), ``"records"`` (``info``: the hook, how
-    many records were asked for, and the mark of the first); ``None``: nothing to apply.
-    """
-
-    call: IoCall[Any]
-    epoch: int
-    kind: str | None = None
-    info: tuple[Any, ...] = ()

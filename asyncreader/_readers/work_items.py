@@ -1,0 +1,188 @@
+"""Work items in a reader: taking one, finishing it, abandoning it, resuming it.
+
+:mod:`~asyncreader._readers.work` says what a work item is (the queue protocol, the bytes a
+dequeued element becomes); :class:`WorkItems` is what a reader does with one (SPEC §3):
+take a new one only when none is in progress, abandon one that fails to start, finish one
+whose last record was read (closing its file), and reopen one restored in progress at the
+saved record.
+Bad input the reader's ``on_error`` policy skips is noted here too (:meth:`WorkItems._skip`).
+
+Closing files and dropping a work item's state run shielded, with a grace period, so that
+a cancelled caller neither leaks a file nor waits for good on a blocked thread.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, ClassVar, Final, TypeVar
+
+import anyio
+
+from .._error_policy import DeadLetter
+from .._errors import AsyncReaderError
+from .._runtime.checkpoint import check_taken_work
+from .state import SKIP
+from .work import check_work_queue, work_item_bytes
+
+if TYPE_CHECKING:
+    from collections import deque
+    from collections.abc import Callable
+
+    from .._error_policy import ErrorPolicy
+    from .abandoned import _Pending
+    from .buffer import ReadAheadBuffer
+    from .work import WorkQueue
+
+__all__ = ["WorkItems"]
+
+T = TypeVar("T")
+
+#: How long shielded cleanup (closing a finished work item's file, dropping an abandoned
+#: item's state) waits for its thread before abandoning it.
+_SHIELD_GRACE: Final = 2.0
+
+
+class WorkItems:
+    """Taking, finishing, abandoning and resuming a reader's work items."""
+
+    # The reader state it reads and writes (see ReaderBase).
+    _buffer: ReadAheadBuffer
+    _policy: ErrorPolicy
+    _dead: deque[DeadLetter]
+    _skipped: int
+    _work: bytes
+    _started: int
+    _finished: int
+    _produced: int
+    _errors: int
+    _resume: bytes | None
+    _needs_reset: bool
+    _pending: _Pending | None
+    _has_read_many: ClassVar[bool]
+
+    if TYPE_CHECKING:
+
+        @property
+        def display_name(self) -> str: ...
+
+        async def _call(self, hook: str, *args: Any) -> Any: ...
+        def _note_pending(self, kind: str, *info: Any) -> bool: ...
+        def _must_close_files(self) -> bool: ...
+        def _close_files(self) -> None: ...
+        async def _run_blocking(self, fn: Callable[..., T], *args: Any) -> T: ...
+        async def _read_one_hook(self) -> tuple[bytes | None, bytes | None, bool]: ...
+        async def _read_many_hook(self, n: int) -> tuple[list[bytes], list[bytes], bool]: ...
+
+    async def _take_work(self, queue: WorkQueue) -> None:
+        check_work_queue(queue, self.display_name)
+        while True:
+            item = await queue.dequeue()
+            work = work_item_bytes(item)
+            check_taken_work(queue, work)  # a restored queue's strings may not be trusted
+            self._work = work
+            self._buffer.clear()
+            try:
+                await self._call("on_work_started", work)
+            except BaseException as exc:
+                if self._note_pending("start"):
+                    raise  # the next operation takes the outcome of the open
+                if isinstance(exc, Exception):
+                    self._errors += 1
+                await self._abandon()
+                if isinstance(exc, AsyncReaderError) and self._skip(exc, rest=True):
+                    continue
+                raise
+            self._started += 1
+            return
+
+    def _skip(self, exc: AsyncReaderError, *, rest: bool) -> bool:
+        """Note bad input the policy skips; return ``False`` when the error must be raised.
+
+        ``rest``: the rest of the work item is skipped (not just one record). Contract
+        errors of a reader subclass (plain :class:`AsyncReaderError`) are never skipped.
+        """
+        policy = self._policy
+        if not policy.skip or type(exc) is AsyncReaderError:
+            return False
+        self._skipped += 1
+        record = None if exc.record is None else self._work + b":" + str(exc.record).encode()
+        self._dead.append(DeadLetter(self._work, record, exc, rest))
+        reason = policy.exceeded(self._skipped, self._produced)
+        if reason is not None:
+            exc.add_note(f"{self.display_name}: {reason} (see dead_letters)")
+            return False
+        return True
+
+    async def _finish_work(self) -> None:
+        self._buffer.clear()
+        # Shielded: once a work item's last record is in hand the file is closed, however
+        # the caller is cancelled meanwhile (the hook is short; a thread blocked past the
+        # grace period is abandoned and closes the file when it returns).
+        with anyio.CancelScope(shield=True) as scope:
+            scope.deadline = anyio.current_time() + _SHIELD_GRACE
+            try:
+                await self._call("on_work_finished")
+            except Exception:
+                self._errors += 1
+                raise
+            finally:
+                self._finished = self._started
+        if scope.cancelled_caught:
+            self._needs_reset = True  # the next operation closes what is still open
+
+    async def _abandon(self) -> None:
+        if self._pending is not None:
+            # A hook's thread still works on the state: the next operation drops it.
+            self._needs_reset = True
+            return
+        await self._drop_work_state()
+
+    async def _drop_work_state(self) -> None:
+        """Run ``reset_state`` and close the files: shielded, but never waiting for good."""
+        with anyio.CancelScope(shield=True) as scope:
+            scope.deadline = anyio.current_time() + _SHIELD_GRACE
+            try:
+                await self._call("reset_state")
+            finally:
+                if self._pending is None and self._must_close_files():
+                    await self._run_blocking(self._close_files)
+        if scope.cancelled_caught:
+            self._needs_reset = True  # the next operation tries again
+
+    async def _resume_work(self) -> None:
+        """Reopen a work item restored in progress and seek to the saved position."""
+        extra = self._resume
+        assert extra is not None
+        try:
+            await self._call("on_work_started", self._work)
+            await self._restore_position(extra)
+        except BaseException as exc:
+            if self._note_pending("resume"):
+                raise  # the next read resumes from the same point
+            if isinstance(exc, Exception):
+                self._errors += 1
+            # As for a work item that failed to start: it is abandoned.
+            self._started = self._finished
+            self._resume = None
+            await self._abandon()
+            raise
+        self._resume = None
+
+    async def _restore_position(self, extra: bytes) -> None:
+        """Seek the reopened work item to the position ``extra`` saved: the hook's own
+        extra state, then records skipped past it."""
+        (skip,) = SKIP.unpack_from(extra)
+        await self._call("restore_extra", extra[SKIP.size :])
+        await self._skip_records(skip)
+
+    async def _skip_records(self, skip: int) -> None:
+        """Read and drop ``skip`` records of the current work item (delivered before the
+        state was saved)."""
+        while skip > 0:
+            if self._has_read_many:
+                keys, _, at_end = await self._read_many_hook(skip)
+                skip -= len(keys)
+            else:
+                key, _, at_end = await self._read_one_hook()
+                skip -= key is not None
+            if at_end:
+                break
