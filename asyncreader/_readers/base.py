@@ -55,7 +55,7 @@ from abc import ABC
 from typing import TYPE_CHECKING, Any, ClassVar, Final, Self, TypeAlias, TypeVar
 
 import anyio
-from anyio.lowlevel import checkpoint
+import anyio.lowlevel
 
 from .._error_policy import MAX_DEAD_LETTERS, DeadLetter, ErrorPolicy, OnError, as_policy
 from .._errors import FailedPreconditionError, InvalidArgumentError
@@ -166,8 +166,9 @@ class ReaderBase(
         name: Shown in messages as ``<Kind> '<name>'``; defaults to the class name.
         on_error: What to do with bad input: ``"raise"`` (the default), ``"skip"`` or an
             :class:`~asyncreader.ErrorPolicy`.
-        shared_name, container: Share the reader under this name and container in the
-            current Session's resources (see ``ResourceMgr``).
+        shared_name: Share the reader under this name in the current Session's
+            resources (see ``ResourceMgr``).
+        container: The resource container it is shared in (the default one if ``None``).
     """
 
     _resource_kind: ClassVar[str] = "reader"
@@ -314,7 +315,7 @@ class ReaderBase(
             AsyncReaderError: a hook broke its contract.
         """
         if self._yield_due():
-            await checkpoint()
+            await anyio.lowlevel.checkpoint()  # a scheduling point
         buffer = self._buffer
         i = buffer.pos
         if i < buffer.n and not self._lock.locked():
@@ -358,7 +359,7 @@ class ReaderBase(
         if num_records < 0:
             raise InvalidArgumentError(f"num_records must be >= 0, not {num_records}")
         if self._yield_due():
-            await checkpoint()
+            await anyio.lowlevel.checkpoint()  # a scheduling point
         if num_records == 0:
             self._check_open()
             return [], []
