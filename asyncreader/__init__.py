@@ -131,14 +131,14 @@ from ._pipeline.producers import (
 from ._pipeline.producers import (
     string_input_producer as string_input_producer,
 )
-
-# --- queues ---
-from ._queues.base import QueueStatistics as QueueStatistics
 from ._queues.fifo import FIFOQueue as FIFOQueue
 from ._queues.padding import PaddingFIFOQueue as PaddingFIFOQueue
 from ._queues.priority import PriorityQueue as PriorityQueue
 from ._queues.random_shuffle import RandomShuffleQueue as RandomShuffleQueue
 from ._queues.record_refs import RecordRefs as RecordRefs
+
+# --- queues ---
+from ._queues.statistics import QueueStatistics as QueueStatistics
 
 # --- readers ---
 from ._readers.base import ReaderBase as ReaderBase

@@ -16,16 +16,19 @@ The common, non-blocking case takes a fast path that allocates nothing and does 
 To stay cooperative, every :data:`YIELD_INTERVAL`-th operation on a queue yields first
 (passes a scheduling point where pending cancellation is delivered; see
 :mod:`asyncreader._yields`).
+
+Beside this module: the attempts and their wakeups (:mod:`.attempts`), the batched
+dequeues (:mod:`.batched`), how a queue saves and restores itself (:mod:`.checkpointing`)
+and what ``statistics()`` returns (:mod:`.statistics`). Each queue type supplies its storage
+(:mod:`.fifo`, :mod:`.random_shuffle`, :mod:`.padding`, :mod:`.priority`).
 """
 
 from __future__ import annotations
 
 import contextlib
 import itertools
-import operator
 import sys
 from collections import deque
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, SupportsIndex
 
 import anyio
@@ -42,8 +45,11 @@ from .._runtime.stages import StageState, StageStatistics
 from .._typing import ElementT
 from .._yields import yield_budget
 from .attempts import BATCH, CLOSE, ENQUEUE, SINGLE, Attempt, new_wakeup
+from .batched import BatchedDequeue
 from .checkpointing import QueueCheckpointing
+from .elements import as_int
 from .record_refs import RecordRefsArg, RefLayout, as_record_refs
+from .statistics import QueueStatistics
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -64,41 +70,6 @@ _UNBOUNDED = sys.maxsize
 _PENDING: Any = object()
 
 
-@dataclass(frozen=True)
-class QueueStatistics:
-    """A snapshot of a queue's state, as returned by ``statistics()``.
-
-    Attributes:
-        size: Elements stored (not counting those held by a partial ``dequeue_many``).
-        capacity: Maximum elements stored, ``None`` when unbounded.
-        closed: Whether the queue is closed.
-        tasks_waiting_enqueue: Blocked enqueue-side attempts (enqueues and plain closes).
-        tasks_waiting_dequeue: Blocked dequeue-side attempts.
-        peak_size: The largest ``size`` seen so far.
-        total_enqueued: Elements inserted so far.
-        total_dequeued: Elements delivered to dequeuers so far.
-    """
-
-    size: int
-    capacity: int | None
-    closed: bool
-    tasks_waiting_enqueue: int
-    tasks_waiting_dequeue: int
-    peak_size: int
-    total_enqueued: int
-    total_dequeued: int
-
-
-def as_int(value: object) -> int | None:
-    """Return ``value`` as an int if it is an integer (numpy integers too, not bools)."""
-    if isinstance(value, bool):
-        return None
-    try:
-        return operator.index(value)  # type: ignore[arg-type]
-    except TypeError:
-        return None
-
-
 def _normalize_capacity(capacity: SupportsIndex | None) -> int:
     if capacity is None:
         return _UNBOUNDED
@@ -108,7 +79,7 @@ def _normalize_capacity(capacity: SupportsIndex | None) -> int:
     return _UNBOUNDED if value < 0 else value
 
 
-class QueueBase(QueueCheckpointing, SharedResource, Generic[ElementT]):
+class QueueBase(QueueCheckpointing, BatchedDequeue, SharedResource, Generic[ElementT]):
     """Behaviour common to every queue type; subclasses supply the storage.
 
     Storage hooks: :attr:`_buf` (anything with ``len``), the callables :attr:`_push` (one
@@ -603,131 +574,6 @@ class QueueBase(QueueCheckpointing, SharedResource, Generic[ElementT]):
         if self._closed:
             raise self._insufficient(1, len(self._buf), many=False)
         raise anyio.WouldBlock
-
-    @staticmethod
-    def _check_count(n: SupportsIndex, up_to: bool) -> int:
-        op = "DequeueUpToOp" if up_to else "DequeueManyOp"
-        count = as_int(n)
-        if count is None:
-            raise InvalidArgumentError(f"{op} requested a non-integer count {n!r}")
-        if count < 0:
-            raise InvalidArgumentError(f"{op} requested {count} < 0 elements")
-        return count
-
-    def _check_n(self, n: SupportsIndex, up_to: bool) -> int:
-        """Validate a batch size and that the queue can batch; return it as an int."""
-        count = self._check_count(n, up_to)
-        self._codec.check_batchable(self._kind_name_many)
-        return count
-
-    def _try_take_many(self, n: int, up_to: bool) -> list[Any] | None:
-        """Take a whole batch now if this is possible without waiting, else None.
-
-        Raises:
-            OutOfRangeError: the queue is closed and cannot supply the batch.
-        """
-        size = len(self._buf)
-        if self._closed:
-            if size >= n:
-                return self._pop_list(n)
-            if up_to and size > 0:
-                return self._pop_list(size)
-            raise self._insufficient(n, size, many=True)
-        if size - self._hold >= n:
-            return self._pop_list(n)
-        return None
-
-    async def dequeue_many(self, n: SupportsIndex) -> Any:
-        """Remove and return exactly ``n`` elements, waiting until that many arrived.
-
-        Not atomic while open (FIFO, RandomShuffle, Padding queues; as in TensorFlow):
-        elements are taken as they arrive and held until ``n`` are collected, so ``size()``
-        drops meanwhile. If the queue closes before ``n`` are collected, or the call is
-        cancelled, the elements taken are put back at the front in their order, so none is
-        lost. ``n == 0`` returns an empty batch at once.
-
-        Args:
-            n: Batch size, at least 0.
-
-        Returns:
-            A list of ``n`` elements for an untyped queue; for a typed queue each component
-            stacked into one array of shape ``[n] + shape``, in the element structure.
-
-        Raises:
-            InvalidArgumentError: ``n < 0``, or a typed queue has no declared shapes.
-            OutOfRangeError: the queue is (or becomes) closed with fewer than the still
-                needed number of elements; the message gives the number still requested and
-                the size before the put-back.
-        """
-        return await self._dequeue_batch(n, up_to=False)
-
-    async def dequeue_up_to(self, n: SupportsIndex) -> Any:
-        """Remove and return up to ``n`` elements.
-
-        While the queue is open this waits for a full batch, like :meth:`dequeue_many`;
-        once it is closed it returns whatever is left (at least one element).
-
-        Args:
-            n: Maximum batch size, at least 0.
-
-        Returns:
-            As :meth:`dequeue_many`, with a batch dimension between 1 and ``n``.
-
-        Raises:
-            InvalidArgumentError: ``n < 0``, or a typed queue has no declared shapes.
-            OutOfRangeError: the queue is closed and empty.
-        """
-        return await self._dequeue_batch(n, up_to=True)
-
-    def dequeue_many_nowait(self, n: SupportsIndex) -> Any:
-        """Remove and return exactly ``n`` elements if they can be taken right now.
-
-        Raises:
-            anyio.WouldBlock: fewer than ``n`` can be taken now, or dequeues are waiting.
-            InvalidArgumentError: as for :meth:`dequeue_many`.
-            OutOfRangeError: the queue is closed with fewer than ``n`` elements.
-        """
-        return self._dequeue_batch_nowait(n, up_to=False)
-
-    def dequeue_up_to_nowait(self, n: SupportsIndex) -> Any:
-        """Like :meth:`dequeue_up_to`, but raise instead of waiting.
-
-        Raises:
-            anyio.WouldBlock: the queue is open and fewer than ``n`` can be taken now, or
-                dequeues are waiting.
-            InvalidArgumentError: as for :meth:`dequeue_up_to`.
-            OutOfRangeError: the queue is closed and empty.
-        """
-        return self._dequeue_batch_nowait(n, up_to=True)
-
-    def _dequeue_batch_nowait(self, n: SupportsIndex, up_to: bool) -> Any:
-        n = self._check_n(n, up_to)
-        if n == 0:
-            return self._codec.decode_many([])
-        if self._dequeuers:
-            raise anyio.WouldBlock
-        taken = self._try_take_many(n, up_to)
-        if taken is None:
-            raise anyio.WouldBlock
-        self._total_out += len(taken)
-        if self._enqueuers:
-            self._notify()
-        return self._codec.decode_many(taken)
-
-    async def _dequeue_batch(self, n: SupportsIndex, up_to: bool) -> Any:
-        n = self._check_n(n, up_to)
-        if self._yield_due():
-            await anyio.lowlevel.checkpoint()  # a scheduling point
-        if n == 0:
-            return self._codec.decode_many([])
-        taken = None if self._dequeuers else self._try_take_many(n, up_to)
-        if taken is not None:
-            self._total_out += len(taken)
-            if self._enqueuers:
-                self._notify()
-        else:
-            taken = await self._dequeue_slow(n, BATCH, up_to=up_to)
-        return self._codec.decode_many(taken)
 
     async def _dequeue_slow(self, n: int, kind: int, *, up_to: bool = False) -> list[Any]:
         w = Attempt(kind)

@@ -28,6 +28,7 @@ from .._decoders.dtypes import builtin_dtype, dtype_by_name, tf_name
 from .._errors import InvalidArgumentError
 
 __all__ = [
+    "as_int",
     "make_codec",
     "Row",
     "Shape",
@@ -527,3 +528,13 @@ def _pad(values: list[Any], dtype: np.dtype[Any], shape: Shape) -> np.ndarray[An
         corner: tuple[int | slice, ...] = (j, *[slice(0, n) for n in v.shape])
         out[corner] = v
     return out
+
+
+def as_int(value: object) -> int | None:
+    """Return ``value`` as an int if it is an integer (numpy integers too, not bools)."""
+    if isinstance(value, bool):
+        return None
+    try:
+        return operator.index(value)  # type: ignore[arg-type]
+    except TypeError:
+        return None

@@ -11,8 +11,8 @@ import numpy as np
 
 from .._errors import InvalidArgumentError
 from .._typing import ElementT
-from .base import QueueBase, as_int
-from .elements import TypedCodec, make_codec
+from .base import QueueBase
+from .elements import TypedCodec, as_int, make_codec
 from .slab import SlabCodec
 
 if TYPE_CHECKING:

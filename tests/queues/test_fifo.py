@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import asyncreader as ar
-from asyncreader._queues.base import QueueStatistics
+from asyncreader._queues.statistics import QueueStatistics
 
 pytestmark = pytest.mark.anyio
 

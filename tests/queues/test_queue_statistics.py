@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import asyncreader as ar
-from asyncreader._queues.base import QueueStatistics
+from asyncreader._queues.statistics import QueueStatistics
 
 if TYPE_CHECKING:
     from collections.abc import Callable
