@@ -305,9 +305,7 @@ class Batcher(Generic[BatchT]):
         self._queue._checkpoint_restore(queue_tree)
         for index, comps in tree["pending"]:
             if isinstance(comps, dict):  # saved as record references
-                refs = self._queue._refs
-                assert refs is not None  # else the queue's restore refused the checkpoint
-                (snapshot,) = await refs.restore([comps["record_refs"]])
+                snapshot = await self._queue._restore_outside(comps["record_refs"])
                 comps = self._from_rows(snapshot["rows"])
             self._sources[index].pending = self._structure.pack(comps)
         if self._queue.is_closed():
@@ -345,9 +343,10 @@ class Batcher(Generic[BatchT]):
         for source in self._sources:
             if source.pending is not NOTHING:
                 comps = list(structure.flatten(source.pending))
-                refs = queue._refs
-                if refs is not None:  # an example in hand holds records too
-                    pending.append([source.index, {"record_refs": refs.strip(self._rows(comps))}])
+                # An example in hand holds records too: saved as the queue saves its own.
+                saved = queue._save_outside(self._rows(comps))
+                if saved is not None:
+                    pending.append([source.index, {"record_refs": saved}])
                 else:
                     pending.append([source.index, comps])
         return {

@@ -241,6 +241,26 @@ class QueueCheckpointing:
                 return
             side.popleft()
 
+    # -- elements held outside the queue by its owner (a batcher's example in hand) ----------
+
+    def _save_outside(self, snapshot: Any) -> Any | None:
+        """Save elements its owner holds (a snapshot of rows, as the codec makes) the way
+        the queue saves its own: as record references, or ``None`` when the queue saves
+        payloads (the owner then saves them as they are)."""
+        return None if self._refs is None else self._refs.strip(snapshot)
+
+    async def _restore_outside(self, saved: Any) -> Any:
+        """Read the records of elements saved by :meth:`_save_outside` again; return their
+        snapshot of rows.
+
+        Raises:
+            DataLossError: a record changed since the checkpoint.
+        """
+        if self._refs is None:
+            raise InvalidArgumentError(f"queue '{self.name}' saves payloads, not record references")
+        (snapshot,) = await self._refs.restore([saved])
+        return snapshot
+
     def _checkpoint_work_items(self, tree: Any) -> RestoredWork | None:
         """The strings a restored queue of single strings (a reader's work queue) holds.
 
