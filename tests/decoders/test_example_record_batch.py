@@ -27,9 +27,9 @@ SPECS: dict[str, ar.FixedLenFeature | ar.VarLenFeature] = {
 }
 
 
-def tfrecord_block(records: list[bytes], *, work: bytes = WORK) -> RecordBatch:
-    """A batch laid out like a TFRecord block: every payload between a 12-byte header and a
-    4-byte footer, keyed by the byte offset of its header, as the TFRecord reader keys them."""
+def tfrecord_segment(records: list[bytes]) -> tuple[Segment, np.ndarray]:
+    """``records`` in one block as a TFRecord file holds them (each payload between a
+    12-byte header and a 4-byte footer), and the byte offset of each record's header."""
     block = bytearray()
     starts, offsets = [], []
     for record in records:
@@ -42,7 +42,14 @@ def tfrecord_block(records: list[bytes], *, work: bytes = WORK) -> RecordBatch:
         np.array(starts, np.int64),
         np.array([len(r) for r in records], np.int64),
     )
-    return assemble([segment], [KeyRun(work, len(records), np.array(offsets, np.int64))])
+    return segment, np.array(offsets, np.int64)
+
+
+def tfrecord_block(records: list[bytes], *, work: bytes = WORK) -> RecordBatch:
+    """A batch read from a TFRecord block, keyed by the byte offset of each record's header,
+    as the TFRecord reader keys them."""
+    segment, offsets = tfrecord_segment(records)
+    return assemble([segment], [KeyRun(work, len(records), offsets)])
 
 
 def example(**features: Any) -> bytes:
@@ -255,6 +262,22 @@ def test_a_batch_from_records_parses_like_the_list() -> None:
     batch = RecordBatch.from_records(keys, records, work=b"a.tfrecord")
     assert_same(ar.parse_example(batch, SPECS), ar.parse_example(records, SPECS))
     assert_same_outcome(batch)
+
+
+def test_a_batch_over_two_blocks_and_two_work_items() -> None:
+    # A read that crossed from one file's last block into the next file's first.
+    records = uniform(10, seed=5)
+    records[8] = example(image=np.zeros(3, np.float32), label=b"not a number")
+    keys = [KeyRun(b"a", 6, np.arange(6) * 10), KeyRun(b"b", 4, np.arange(4) * 10)]
+    batch = assemble([tfrecord_segment(records[:6])[0], tfrecord_segment(records[6:])[0]], keys)
+    kind, error = assert_same_outcome(batch)
+    assert kind == "error"
+    assert error[2:] == (b"b:20", b"b")
+    records[8] = records[7]
+    batch = assemble([tfrecord_segment(records[:6])[0], tfrecord_segment(records[6:])[0]], keys)
+    kind, got = assert_same_outcome(batch)
+    assert kind == "ok"
+    assert_same(got, ar.parse_example(records, SPECS))
 
 
 def test_an_empty_batch_gives_empty_results() -> None:
