@@ -190,7 +190,8 @@ def parse_example(
             has the wrong number of values (``... Number of <type> values != expected.
             Values size: <n> but output shape: <shape>``); skipping was asked for without a
             DecodeErrors; the policy's limits were exceeded. Every error's ``record`` is the
-            index of the example concerned (its key when ``keys`` are given).
+            index of the example concerned (its key, and ``work_item`` its file, when
+            ``keys`` are given or ``serialized`` is a RecordBatch).
     """
     errors = check_on_error(on_error)
     if isinstance(serialized, (bytes, bytearray, memoryview, str, np.bytes_)):

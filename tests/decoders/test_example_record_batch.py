@@ -162,17 +162,18 @@ records_strategy = st.lists(
 )
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(records=records_strategy, repeat=st.integers(0, 6))
-def test_batch_parses_like_the_list_with_its_keys(records: list[bytes], repeat: int) -> None:
+QUICK = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+STRESS = settings(max_examples=5_000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+PROPERTY = {"records": records_strategy, "repeat": st.integers(0, 6)}
+
+
+def batch_parses_like_the_list_with_its_keys(records: list[bytes], repeat: int) -> None:
     # Repeating the first record gives long runs of one layout (the numpy path).
     records = records[:1] * repeat + records
     assert_same_outcome(tfrecord_block(records))
 
 
-@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(records=records_strategy, repeat=st.integers(0, 6))
-def test_skipping_batch_matches_the_list(records: list[bytes], repeat: int) -> None:
+def skipping_batch_matches_the_list(records: list[bytes], repeat: int) -> None:
     records = records[:1] * repeat + records
     batch = tfrecord_block(records)
     from_list = ar.DecodeErrors("skip")
@@ -187,6 +188,16 @@ def test_skipping_batch_matches_the_list(records: list[bytes], repeat: int) -> N
     assert [(d.work_item, d.record, d.index, str(d.error)) for d in from_batch.dead_letters] == [
         (d.work_item, d.record, d.index, str(d.error)) for d in from_list.dead_letters
     ]
+
+
+test_batch_parses_like_the_list = QUICK(given(**PROPERTY)(batch_parses_like_the_list_with_its_keys))
+test_batch_parses_like_the_list_stress = pytest.mark.stress(
+    STRESS(given(**PROPERTY)(batch_parses_like_the_list_with_its_keys))
+)
+test_skipping_batch_matches_the_list = QUICK(given(**PROPERTY)(skipping_batch_matches_the_list))
+test_skipping_batch_matches_the_list_stress = pytest.mark.stress(
+    STRESS(given(**PROPERTY)(skipping_batch_matches_the_list))
+)
 
 
 # --- the shared layout, read from the block ---------------------------------------------
