@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, overload
 import numpy as np
 
 from .._errors import InvalidArgumentError
+from .._records.batch import RecordBatch
 from . import wire
 from .example_columns import Column, ColumnBuilder, RequestedFeature
 from .example_layout import SharedLayout
@@ -36,7 +37,7 @@ from .features import (
     SparseTensorValue,
     VarLenFeature,
 )
-from .policy import check_keys, check_on_error, decode_guarded
+from .policy import check_keys, check_on_error, decode_guarded, work_item_of
 from .strings import flatten_strings, to_bytes
 
 if TYPE_CHECKING:
@@ -61,18 +62,18 @@ _PREVIEW_BYTES = 64
 
 @overload
 def parse_single_example(
-    serialized: bytes | str, features: Mapping[str, FixedLenFeature]
+    serialized: bytes | str | RecordBatch, features: Mapping[str, FixedLenFeature]
 ) -> DenseResult: ...
 @overload
 def parse_single_example(
-    serialized: bytes | str, features: Mapping[str, VarLenFeature]
+    serialized: bytes | str | RecordBatch, features: Mapping[str, VarLenFeature]
 ) -> SparseResult: ...
 @overload
 def parse_single_example(
-    serialized: bytes | str, features: Mapping[str, ParseSpec]
+    serialized: bytes | str | RecordBatch, features: Mapping[str, ParseSpec]
 ) -> ParseResult: ...
 def parse_single_example(
-    serialized: bytes | str, features: Mapping[str, ParseSpec]
+    serialized: bytes | str | RecordBatch, features: Mapping[str, ParseSpec]
 ) -> dict[str, Any]:  # the overloads above give the precise result
     """Parse one serialized Example into ``{name: array or SparseTensorValue}``.
 
@@ -82,7 +83,8 @@ def parse_single_example(
     indices. Strings come back as object arrays of ``bytes``.
 
     Args:
-        serialized: The serialized Example.
+        serialized: The serialized Example, or a :class:`~asyncreader.RecordBatch` of one
+            record (its errors then name the record's work item and key).
         features: What to parse: ``{name: FixedLenFeature | VarLenFeature}``.
 
     Returns:
@@ -95,9 +97,26 @@ def parse_single_example(
             type (``Key: <name>.  Data types don't match. ...``); a fixed-length feature has
             the wrong number of values (``Key: <name>.  Can't parse serialized Example: ...``);
             a ``features`` entry is not a FixedLenFeature / VarLenFeature or has an unknown
-            dimension.
+            dimension; a RecordBatch does not hold exactly one record.
     """
+    if isinstance(serialized, RecordBatch):
+        return _parse_single_record(serialized, _check_specs(features))
     return _parse(_check_specs(features), [to_bytes(serialized)], None, single=True)
+
+
+def _parse_single_record(batch: RecordBatch, specs: list[RequestedFeature]) -> ParseResult:
+    """``parse_single_example`` of a batch's only record, naming it in errors."""
+    if len(batch) != 1:
+        raise InvalidArgumentError(
+            f"parse_single_example needs a RecordBatch of one record, got {len(batch)}"
+        )
+    try:
+        return _parse(specs, batch, None, single=True)
+    except InvalidArgumentError as exc:
+        key = batch.key(0)
+        named = InvalidArgumentError(exc.message, work_item=work_item_of(key) or None, record=key)
+        named.__notes__ = list(getattr(exc, "__notes__", []))
+        raise named from None
 
 
 @overload
@@ -144,7 +163,10 @@ def parse_example(
     :func:`parse_single_example`.
 
     Args:
-        serialized: A list / tuple / 1-D array of serialized Examples.
+        serialized: A list / tuple / 1-D array of serialized Examples, or a
+            :class:`~asyncreader.RecordBatch` (parsed from its buffers: examples that share
+            one byte layout are read straight from the block they were read into, and errors
+            and dead letters name the work item and record key without ``keys``).
         features: What to parse: ``{name: FixedLenFeature | VarLenFeature}``.
         example_names: Optional names of the examples, used in error messages (TensorFlow's
             ``example_names``); otherwise they read ``<unknown>``.
@@ -153,7 +175,7 @@ def parse_example(
             bad examples instead and notes them as dead letters; ``errors.kept`` gives the
             positions of the examples in the result.
         keys: The batch's reader keys, one per example: errors and dead letters then name
-            the file and record key.
+            the file and record key (a RecordBatch's own keys are used when not given).
 
     Returns:
         One entry per name in ``features`` (with bad examples skipped: one row per kept
@@ -168,14 +190,21 @@ def parse_example(
             has the wrong number of values (``... Number of <type> values != expected.
             Values size: <n> but output shape: <shape>``); skipping was asked for without a
             DecodeErrors; the policy's limits were exceeded. Every error's ``record`` is the
-            index of the example concerned (its key when ``keys`` are given).
+            index of the example concerned (its key, and ``work_item`` its file, when
+            ``keys`` are given or ``serialized`` is a RecordBatch).
     """
     errors = check_on_error(on_error)
     if isinstance(serialized, (bytes, bytearray, memoryview, str, np.bytes_)):
         return parse_single_example(to_bytes(serialized), features)
-    items, shape = flatten_strings(serialized)
-    if len(shape) != 1:
-        raise InvalidArgumentError(f"Expected serialized to be a vector, got shape {list(shape)}")
+    items: Sequence[bytes]
+    if isinstance(serialized, RecordBatch):
+        items = serialized
+    else:
+        items, shape = flatten_strings(serialized)
+        if len(shape) != 1:
+            raise InvalidArgumentError(
+                f"Expected serialized to be a vector, got shape {list(shape)}"
+            )
     names = None
     if example_names is not None:
         names = [to_bytes(name).decode("utf-8", "backslashreplace") for name in example_names]
@@ -184,13 +213,16 @@ def parse_example(
                 f"Expected len(example_names) == len(serialized), got {len(names)} != {len(items)}"
             )
     specs = _check_specs(features)
-    key_list = check_keys(keys, len(items))
+    key_seq: Sequence[bytes] | None = check_keys(keys, len(items))
+    if key_seq is None and isinstance(items, RecordBatch):
+        key_seq = items.key_view()  # builds only the keys of bad records
 
     def decode(span: range) -> ParseResult:
+        # A RecordBatch slice shares the batch's buffers: no object per record.
         part = items if len(span) == len(items) else items[span.start : span.stop]
         return _parse(specs, part, names or None, single=False, base=span.start)
 
-    return decode_guarded(len(items), decode, _concatenate, errors, key_list)
+    return decode_guarded(len(items), decode, _concatenate, errors, key_seq)
 
 
 def _concatenate(pieces: list[ParseResult]) -> ParseResult:
@@ -261,26 +293,44 @@ def _parse(
     single: bool,
     base: int = 0,
 ) -> ParseResult:
-    """Parse ``items``; ``base`` is the position of ``items[0]`` in the caller's batch, for
-    messages and error ``record``s (``names`` covers the whole batch)."""
+    """Parse ``items`` (a list of ``bytes`` or a RecordBatch); ``base`` is the position of
+    ``items[0]`` in the caller's batch, for messages and error ``record``s (``names`` covers
+    the whole batch)."""
     columns = [Column() for _ in specs]
+    dense: dict[int, np.ndarray] = {}
     layout = SharedLayout.build(items, specs)
-    if layout is not None and layout.matched.all():
-        layout.fill_all(columns)
+    if layout is None:
+        records = items.tolist() if isinstance(items, RecordBatch) else items
+        for index, data in enumerate(records):
+            _parse_one(index + base, data, specs, columns, single)
+    elif layout.matched.all():
+        for spec_index, spec in enumerate(specs):
+            array = layout.dense(spec_index, spec)
+            if array is not None:
+                dense[spec_index] = array
+        layout.fill_all(columns, skip=tuple(dense))
     else:
-        for index, data in enumerate(items):
-            if layout is not None and layout.matched[index]:
+        matched = layout.matched.tolist()
+        for index in range(len(items)):
+            if matched[index]:
                 layout.fill_row(index, columns)
             else:
-                _parse_one(index + base, data, specs, columns, single)
-    builders = [
-        ColumnBuilder(spec, column, names, single, base)
-        for spec, column in zip(specs, columns, strict=True)
+                # Only a record that breaks the layout becomes its own bytes object.
+                _parse_one(index + base, items[index], specs, columns, single)
+    builders = {
+        spec_index: ColumnBuilder(spec, column, names, single, base)
+        for spec_index, (spec, column) in enumerate(zip(specs, columns, strict=True))
+        if spec_index not in dense
+    }
+    failures = [
+        failure for builder in builders.values() if (failure := builder.first_error()) is not None
     ]
-    failures = [failure for builder in builders if (failure := builder.first_error()) is not None]
     if failures:
         raise min(failures, key=lambda failure: failure[0])[1]
-    return {builder.spec.name: builder.build() for builder in builders}
+    return {
+        spec.name: dense[spec_index] if spec_index in dense else builders[spec_index].build()
+        for spec_index, spec in enumerate(specs)
+    }
 
 
 def _parse_one(
