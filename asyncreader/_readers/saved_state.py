@@ -61,8 +61,8 @@ class SavedState:
         """Where the next record comes from, to put records back to (see :meth:`_put_back`):
         a hook reader's extra state and how many records past it."""
         buffer = self._buffer
-        if buffer.pos < buffer.n:
-            return self._pushback_extra, self._pushback_base + buffer.pos
+        if buffer.waiting:
+            return self._pushback_extra, self._pushback_base + buffer.delivered
         in_progress = self._finished < self._started
         return (self.serialize_extra() if in_progress else None), 0
 
@@ -89,10 +89,10 @@ class SavedState:
         """Return the extra state of the next undelivered record of the work item in
         progress (a hook reader: records skipped past the hook's own extra state)."""
         buffer = self._buffer
-        if self._pushback_extra is not None and buffer.pos < buffer.n:
+        if self._pushback_extra is not None and buffer.waiting:
             # Records put back wait in the buffer: resume before them, skipping those
             # already delivered from it.
-            return SKIP.pack(self._pushback_base + buffer.pos) + self._pushback_extra
+            return SKIP.pack(self._pushback_base + buffer.delivered) + self._pushback_extra
         return SKIP.pack(0) + self.serialize_extra()
 
     def _native_state(self) -> bytes:

@@ -20,6 +20,7 @@ import anyio
 from .._error_policy import DeadLetter
 from .._errors import AsyncReaderError
 from .._runtime.checkpoint import check_taken_work
+from .hook_path import count_of
 from .state import SKIP
 from .work import check_work_queue, work_item_bytes
 
@@ -30,6 +31,7 @@ if TYPE_CHECKING:
     from .._error_policy import ErrorPolicy
     from .abandoned import _Pending
     from .buffer import ReadAheadBuffer
+    from .hook_path import Records
     from .work import WorkQueue
 
 __all__ = ["WorkItems"]
@@ -70,7 +72,7 @@ class WorkItems:
         def _close_files(self) -> None: ...
         async def _run_blocking(self, fn: Callable[..., T], *args: Any) -> T: ...
         async def _read_one_hook(self) -> tuple[bytes | None, bytes | None, bool]: ...
-        async def _read_many_hook(self, n: int) -> tuple[list[bytes], list[bytes], bool]: ...
+        async def _read_many_hook(self, n: int) -> tuple[Records, bool]: ...
 
     async def _take_work(self, queue: WorkQueue) -> None:
         check_work_queue(queue, self.display_name)
@@ -179,8 +181,8 @@ class WorkItems:
         state was saved)."""
         while skip > 0:
             if self._has_read_many:
-                keys, _, at_end = await self._read_many_hook(skip)
-                skip -= len(keys)
+                records, at_end = await self._read_many_hook(skip)
+                skip -= count_of(records)
             else:
                 key, _, at_end = await self._read_one_hook()
                 skip -= key is not None

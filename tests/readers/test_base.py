@@ -10,6 +10,7 @@ from pathlib import Path
 import anyio
 import pytest
 from queue_util import work_queue
+from readers_util import read_verb  # noqa: F401 (runs each test with both verbs)
 
 import asyncreader as ar
 from asyncreader._readers.keys import bulk_keys, range_keys
