@@ -245,6 +245,8 @@ class ReaderBase(
         self._abandoned_total = 0
         # Counts restores and resets: an abandoned call's outcome from before is dropped.
         self._epoch = 0
+        # A work item a cancelled call dequeued but did not start: the next take starts it.
+        self._taken: bytes | None = None
 
     # -- hooks (override in subclasses) ----------------------------------------------------
 
@@ -613,6 +615,7 @@ class ReaderBase(
         self._started = self._finished = self._produced = 0
         self._work = b""
         self._resume = None
+        self._taken = None
         self._epoch += 1
         self._buffer.clear()
 

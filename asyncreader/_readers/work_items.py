@@ -59,6 +59,7 @@ class WorkItems:
     _resume: bytes | None
     _needs_reset: bool
     _pending: _Pending | None
+    _taken: bytes | None
     _has_read_many: ClassVar[bool]
 
     if TYPE_CHECKING:
@@ -77,9 +78,13 @@ class WorkItems:
     async def _take_work(self, queue: WorkQueue) -> None:
         check_work_queue(queue, self.display_name)
         while True:
-            item = await queue.dequeue()
-            work = work_item_bytes(item)
-            check_taken_work(queue, work)  # a restored queue's strings may not be trusted
+            if self._taken is not None:
+                # Dequeued by a call cancelled before its hook ran: start it now.
+                work, self._taken = self._taken, None
+            else:
+                item = await queue.dequeue()
+                work = work_item_bytes(item)
+                check_taken_work(queue, work)  # a restored queue's strings may not be trusted
             self._work = work
             self._buffer.clear()
             try:
@@ -87,8 +92,12 @@ class WorkItems:
             except BaseException as exc:
                 if self._note_pending("start"):
                     raise  # the next operation takes the outcome of the open
-                if isinstance(exc, Exception):
-                    self._errors += 1
+                if not isinstance(exc, Exception):
+                    # Cancelled before the hook ran (an abandoned one is pending above):
+                    # the item is out of the queue, so the next take starts it.
+                    self._taken = work
+                    raise
+                self._errors += 1
                 await self._abandon()
                 if isinstance(exc, AsyncReaderError) and self._skip(exc, rest=True):
                     continue
