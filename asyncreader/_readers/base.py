@@ -30,8 +30,10 @@ when it returns.
 
 The built-in file readers use a faster internal path (:mod:`~asyncreader._readers.buffered`):
 each executor hop reads a block of megabytes and frames it whole, and the parsed records
-wait in the read-ahead buffer (:mod:`~asyncreader._readers.buffer`), from which ``read``
-and ``read_up_to`` are served on the event loop without a thread hop. Records still in the
+wait in the read-ahead buffer (:mod:`~asyncreader._readers.buffer`), from which ``read``,
+``read_up_to`` and ``read_batch`` are served on the event loop without a thread hop (for
+``read_batch`` the block is framed into a :class:`~asyncreader.RecordBatch`, with no
+object per record). Records still in the
 buffer are not yet *produced*: they are not counted, and saved state resumes at the first
 of them. Record keys are :mod:`~asyncreader._readers.keys`'s; state bytes and their checks
 are :mod:`~asyncreader._readers.state`'s.

@@ -8,7 +8,9 @@ executor (:meth:`~BufferedReader._fill`: a block of megabytes framed whole, see
 buffer are not yet *produced*: they are not counted, and saved state resumes at the first
 of them.
 
-What a subclass provides: :meth:`~BufferedReader._fill` (on a worker thread),
+What a subclass provides: :meth:`~BufferedReader._fill` (on a worker thread; and
+:meth:`~BufferedReader._fill_batch` for ``read_batch``, which by default joins
+``_fill``'s run into a batch),
 :meth:`~BufferedReader._before_fill` and :meth:`~BufferedReader._run_mark` (the restart
 point of the run being read: a position in the file and how many of its records were
 delivered before), :meth:`~BufferedReader._rewind`, :meth:`~BufferedReader._run_state`,

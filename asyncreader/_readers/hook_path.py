@@ -1,7 +1,10 @@
-"""The hook path: how ``read`` and ``read_up_to`` go on past the read-ahead buffer.
+"""The hook path: how ``read``, ``read_up_to`` and ``read_batch`` go on past the
+read-ahead buffer.
 
-``ReaderBase.read`` and ``read_up_to`` serve records from the read-ahead buffer without
-the lock; when it runs dry they take the lock and land here. :class:`HookPath` loops over
+``ReaderBase.read``, ``read_up_to`` and ``read_batch`` serve records from the read-ahead
+buffer without the lock; when it runs dry they take the lock and land here.
+``read_up_to`` and ``read_batch`` share one loop (:meth:`HookPath._gather_locked`) and
+differ only in what they gather into: lists or a batch. :class:`HookPath` loops over
 the reader's steps: take or resume a work item, serve what waits in the buffer, finish a
 work item that ended, and otherwise read on through the hooks (``read_one``, or
 ``read_many`` when a subclass defines it), checking what each returned. A record is never

@@ -537,3 +537,34 @@ def test_property_read_batch_equals_read_up_to(
 
     with mock.patch("asyncreader._readers.framed.READ_BLOCK", block):
         assert anyio.run(drain, "read_batch") == anyio.run(drain, "read_up_to")
+
+
+@pytest.mark.both_backends
+@pytest.mark.parametrize("case", ["tfrecord", "tfrecord-gzip", "fixed", "text", "whole-file"])
+async def test_session_checkpoint_mid_file_resumes_read_batch_exactly(
+    tmp_path: Path, case: str
+) -> None:
+    make = CASES[case][0]
+    names = _files(case, tmp_path)
+    with anyio.fail_after(20):
+        expected = [v for _, v in await _read_all(make(), await work_queue(names))]
+        got: list[bytes] = []
+        # Signed: the work items come from a plain queue, not a producer.
+        async with ar.Session(checkpoint_key=b"key") as sess:
+            q = ar.FIFOQueue(None)
+            await q.enqueue_many(names)
+            await q.close()
+            reader = make()
+            got += (await reader.read_batch(q, 5)).tolist()
+            got += (await reader.read_batch(q, 3)).tolist()
+            state = await sess.checkpoint()
+            assert reader.statistics().buffered > 0 or case == "whole-file"
+        async with ar.Session(restore=state, checkpoint_key=b"key"):
+            q = ar.FIFOQueue(None)
+            reader = make()
+            while True:
+                try:
+                    got += (await reader.read_batch(q, 50)).tolist()
+                except ar.OutOfRangeError:
+                    break
+    assert got == expected
