@@ -132,7 +132,7 @@ class HookPath:
     async def _read_batch_locked(self, queue: WorkQueue, n: int) -> RecordBatch:
         gather = _Batches()
         await self._gather_locked(queue, n, gather)
-        return join_batches(gather.parts)
+        return gather.result()
 
     async def _gather_locked(self, queue: WorkQueue, n: int, gather: _Gather) -> None:
         """Gather up to ``n`` records of one work item into ``gather``: the loop shared by
@@ -375,14 +375,18 @@ class _Lists(_Gather):
 
 
 class _Batches(_Gather):
-    """Gathers ``read_batch``'s batch, a part per run."""
+    """Gathers ``read_batch``'s batch: a part per run; records a hook returned as lists
+    are collected and joined into one part at once (not a batch per hook call)."""
 
-    __slots__ = ("_count", "parts")
+    __slots__ = ("_count", "_keys", "_values", "_work", "parts")
     batch: ClassVar[bool] = True
 
     def __init__(self) -> None:
         self.parts: list[RecordBatch] = []
         self._count = 0
+        self._keys: list[bytes] = []
+        self._values: list[bytes] = []
+        self._work: bytes | None = None
 
     @property
     def count(self) -> int:
@@ -395,20 +399,34 @@ class _Batches(_Gather):
         return buffer.waiting
 
     def take(self, buffer: ReadAheadBuffer, take: int) -> None:
+        self._flush()
         self.parts.append(buffer.take_batch(take))
         self._count += take
 
     def add(self, records: Records, work: bytes) -> int:
-        if not isinstance(records, RecordBatch):
+        if isinstance(records, RecordBatch):
+            self._flush()
+            count = len(records)
+            if count:
+                self.parts.append(records)
+        else:
             keys, values = records
-            if not keys:
-                return 0
-            records = RecordBatch.from_records(keys, values, work=work)
-        count = len(records)
-        if count:
-            self.parts.append(records)
-            self._count += count
+            count = len(keys)
+            self._keys += keys
+            self._values += values
+            self._work = work
+        self._count += count
         return count
 
+    def _flush(self) -> None:
+        if self._keys:
+            self.parts.append(RecordBatch.from_records(self._keys, self._values, work=self._work))
+            self._keys, self._values = [], []
+
+    def result(self) -> RecordBatch:
+        """The records gathered, as one batch."""
+        self._flush()
+        return join_batches(self.parts)
+
     def lists(self) -> tuple[list[bytes], list[bytes]]:
-        return as_lists(join_batches(self.parts))
+        return as_lists(self.result())

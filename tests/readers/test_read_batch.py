@@ -568,3 +568,31 @@ async def test_session_checkpoint_mid_file_resumes_read_batch_exactly(
                 except ar.OutOfRangeError:
                     break
     assert got == expected
+
+
+class _OneByOne(ar.ReaderBase):
+    """A custom reader with only read_one: 3,000 records per work item."""
+
+    def on_work_started(self, work: bytes) -> None:
+        self.i = 0
+        self.work = work
+
+    def read_one(self) -> tuple[bytes, bytes] | None:
+        self.i += 1
+        if self.i > 3000:
+            return None
+        return b"%s:%d" % (self.work, self.i), b"v%d" % self.i
+
+
+async def test_records_of_read_one_are_joined_once_per_read_batch() -> None:
+    async with _OneByOne() as reader:
+        q = await work_queue(["a", "b"])
+        batch = await reader.read_batch(q, 2000)
+        assert batch.tolist() == [b"v%d" % i for i in range(1, 2001)]
+        assert batch.keys()[-1] == b"a:2000"
+        assert batch.work_item(0) == b"a"
+        # One buffer for the call, not one per hook call.
+        assert len(batch._segments) == 1
+        rest = await reader.read_batch(q, 2000)
+        assert len(rest) == 1000
+        assert (await reader.read_batch(q, 1)).keys() == [b"b:1"]
