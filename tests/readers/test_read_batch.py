@@ -7,6 +7,7 @@ counters, state, errors and cancellation behaviour, mixed freely with the other 
 
 from __future__ import annotations
 
+import functools
 import gc
 import gzip
 import random
@@ -501,7 +502,7 @@ async def test_hook_readers_read_batch_names_the_work_item(tmp_path: Path) -> No
     crlf=st.booleans(),
     block=st.integers(min_value=1, max_value=300),
     sizes=st.lists(st.integers(min_value=1, max_value=50), min_size=1, max_size=10),
-    kind=st.sampled_from(["text", "tfrecord", "tfrecord-zlib"]),
+    kind=st.sampled_from(["text", "tfrecord", "tfrecord-zlib", "fixed", "fixed-gzip"]),
 )
 def test_property_read_batch_equals_read_up_to(
     tmp_path: Path,
@@ -515,6 +516,13 @@ def test_property_read_batch_equals_read_up_to(
     if kind == "text":
         path.write_bytes((b"\r\n" if crlf else b"\n").join(lines))
         make: Callable[[], ar.ReaderBase] = ar.TextLineReader
+    elif kind.startswith("fixed"):
+        data = b"".join(lines)
+        path.write_bytes(gzip.compress(data) if kind.endswith("gzip") else data)
+        encoding = "GZIP" if kind.endswith("gzip") else ""
+        make = functools.partial(
+            ar.FixedLengthRecordReader, 3, header_bytes=2, footer_bytes=1, encoding=encoding
+        )
     else:
         path.write_bytes(_tfrecord(lines, "ZLIB" if kind.endswith("zlib") else ""))
         make = (lambda: ar.TFRecordReader("ZLIB")) if kind.endswith("zlib") else ar.TFRecordReader
