@@ -150,6 +150,7 @@ from ._readers.tfrecord import TFRecordReader as TFRecordReader
 from ._readers.whole_file import WholeFileReader as WholeFileReader
 
 # --- records ---
+from ._records.batch import RecordBatch as RecordBatch
 from ._records.compression import TFRecordCompressionType as TFRecordCompressionType
 from ._records.iterator import (
     async_tf_record_iterator as async_tf_record_iterator,
@@ -219,6 +220,7 @@ __all__ = [
     "range_input_producer",
     "ReaderBase",
     "ReaderStatistics",
+    "RecordBatch",
     "RecordRefs",
     "ResourceExhaustedError",
     "ResourceMgr",

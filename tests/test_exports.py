@@ -39,6 +39,7 @@ CONTRACT = {
     "TFRecordReader",
     "WholeFileReader",
     "IdentityReader",
+    "RecordBatch",
     "set_io_threads",
     "set_remote_timeouts",
     "string_input_producer",

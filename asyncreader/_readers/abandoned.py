@@ -19,11 +19,13 @@ from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 from .._errors import AsyncReaderError
 from .._io.executor import IoCall, run_io_abandoning
+from .hook_path import as_lists
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
     from .buffer import ReadAheadBuffer
+    from .hook_path import Records
 
 __all__ = ["AbandonedCalls"]
 
@@ -54,7 +56,7 @@ class AbandonedCalls:
         async def _abandon(self) -> None: ...
         def _skip(self, exc: AsyncReaderError, *, rest: bool) -> bool: ...
         def _check_one(self, result: Any) -> tuple[bytes | None, bytes | None, bool]: ...
-        def _check_many(self, result: Any, n: int) -> tuple[list[bytes], list[bytes], bool]: ...
+        def _check_many(self, result: Any, n: int) -> tuple[Records, bool]: ...
 
     async def _run_blocking(self, fn: Callable[..., T], *args: Any) -> T:
         """Run ``fn(*args)`` on the I/O executor; a cancellation abandons a blocked thread.
@@ -128,13 +130,14 @@ class AbandonedCalls:
                     keys = [] if key is None or value is None else [key]
                     values = [] if key is None or value is None else [value]
                 else:
-                    keys, values, at_end = self._check_many(call.outcome(), n)
+                    records, at_end = self._check_many(call.outcome(), n)
+                    keys, values = as_lists(records)
             except AsyncReaderError as exc:
                 self._errors += 1
                 if not self._skip(exc, rest=True):
                     raise
                 keys, values, at_end = [], [], True  # the rest is skipped
-            if self._buffer.pos >= self._buffer.n:
+            if not self._buffer.waiting:
                 self._buffer.clear()
                 self._pushback_extra, self._pushback_base = mark
             self._buffer_more(keys, values, at_end)

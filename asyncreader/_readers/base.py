@@ -8,7 +8,9 @@ A reader takes *work items* (file paths, URLs) from a queue, one at a time, and 
 * ``read_one()``: return one record ``(key, value)``, a last record
   ``(key, value, True)``, or ``None`` at the end of the work item.
 * ``read_many(n)`` (optional): return ``(keys, values, at_end)`` with at most ``n``
-  records; the default calls ``read_one``.
+  records, or ``(batch, at_end)`` with ``batch`` a :class:`~asyncreader.RecordBatch` of at
+  most ``n`` records (either way at least one record unless ``at_end``); the default calls
+  ``read_one``.
 * ``on_work_finished()``: the work item is done (close the file).
 * ``reset_state()``: drop everything about the current work item.
 * ``serialize_extra()`` / ``restore_extra(extra)``: the reader-specific part of its state.
@@ -28,8 +30,10 @@ when it returns.
 
 The built-in file readers use a faster internal path (:mod:`~asyncreader._readers.buffered`):
 each executor hop reads a block of megabytes and frames it whole, and the parsed records
-wait in the read-ahead buffer (:mod:`~asyncreader._readers.buffer`), from which ``read``
-and ``read_up_to`` are served on the event loop without a thread hop. Records still in the
+wait in the read-ahead buffer (:mod:`~asyncreader._readers.buffer`), from which ``read``,
+``read_up_to`` and ``read_batch`` are served on the event loop without a thread hop (for
+``read_batch`` the block is framed into a :class:`~asyncreader.RecordBatch`, with no
+object per record). Records still in the
 buffer are not yet *produced*: they are not counted, and saved state resumes at the first
 of them. Record keys are :mod:`~asyncreader._readers.keys`'s; state bytes and their checks
 are :mod:`~asyncreader._readers.state`'s.
@@ -62,7 +66,7 @@ from .._errors import FailedPreconditionError, InvalidArgumentError
 from .._runtime.resources import SharedResource
 from .._yields import yield_budget
 from .abandoned import AbandonedCalls
-from .buffer import ReadAheadBuffer
+from .buffer import ReadAheadBuffer, join_batches
 from .hook_path import HookPath
 from .keys import RecordKeys
 from .runtime_protocols import RuntimeProtocols
@@ -74,6 +78,7 @@ from .work_items import WorkItems
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
 
+    from .._records.batch import RecordBatch
     from .abandoned import _Pending
 
 __all__ = [
@@ -93,8 +98,8 @@ _YIELD_INTERVAL: Final = 64
 
 #: What ``read_one`` returns: a record, a last record, or ``None`` at the end.
 ReadOneResult: TypeAlias = "tuple[bytes, bytes] | tuple[bytes, bytes, bool] | None"
-#: What ``read_many`` returns: ``(keys, values, at_end)``.
-ReadManyResult: TypeAlias = tuple[list[bytes], list[bytes], bool]
+#: What ``read_many`` returns: ``(keys, values, at_end)`` or ``(batch, at_end)``.
+ReadManyResult: TypeAlias = "tuple[list[bytes], list[bytes], bool] | tuple[RecordBatch, bool]"
 
 #: How long closing a reader waits for a hook thread a cancelled call abandoned.
 _CLOSE_GRACE: Final = 0.5
@@ -242,6 +247,8 @@ class ReaderBase(
         self._abandoned_total = 0
         # Counts restores and resets: an abandoned call's outcome from before is dropped.
         self._epoch = 0
+        # A work item a cancelled call dequeued but did not start: the next take starts it.
+        self._taken: bytes | None = None
 
     # -- hooks (override in subclasses) ----------------------------------------------------
 
@@ -264,7 +271,9 @@ class ReaderBase(
         """Return up to ``n`` (>= 1) next records of the current work item.
 
         Returns:
-            ``(keys, values, at_end)``: at least one record or ``at_end`` true.
+            ``(keys, values, at_end)``, or ``(batch, at_end)`` with ``batch`` a
+            :class:`~asyncreader.RecordBatch` (its records then need no ``bytes`` object
+            each on the way to ``read_batch``): at least one record or ``at_end`` true.
         """
         raise NotImplementedError  # never called: the base uses read_one unless overridden
 
@@ -374,6 +383,52 @@ class ReaderBase(
                 return buffer.keys, buffer.values
             return buffer.keys[i:j], buffer.values[i:j]
         return await self._locked(self._read_up_to_locked, queue, num_records)
+
+    async def read_batch(self, queue: WorkQueue, max_records: int) -> RecordBatch:
+        """Return up to ``max_records`` records of one work item as a :class:`RecordBatch`.
+
+        Reads exactly like :meth:`read_up_to` (the same records, keys, counters, state,
+        errors and end-of-input rules; cancelled part-way, the records go back to the
+        buffer) but hands them over as buffers, with no Python object per record: the
+        built-in file readers frame whole blocks into batches. ``max_records == 0``
+        returns an empty batch at once.
+
+        Args:
+            queue: A queue of work items.
+            max_records: The most records to return, >= 0.
+
+        Returns:
+            The records; :meth:`RecordBatch.keys` gives their keys.
+
+        Raises:
+            OutOfRangeError: ``queue`` is closed and empty and no record was gathered.
+            InvalidArgumentError: ``max_records`` is negative, or the queue does not hold
+                single strings.
+            TypeError: ``queue`` is not a queue (has no ``dequeue``), for example a list.
+            NotFoundError: the work item just taken does not exist; it is abandoned.
+            DataLossError: the record data is corrupt. When this call had already gathered
+                records, it returns them and the next call raises.
+            FailedPreconditionError: the reader is closed.
+            AsyncReaderError: a hook broke its contract.
+        """
+        if max_records < 0:
+            raise InvalidArgumentError(f"max_records must be >= 0, not {max_records}")
+        if self._yield_due():
+            await anyio.lowlevel.checkpoint()  # a scheduling point
+        if max_records == 0:
+            self._check_open()
+            return join_batches([])
+        buffer = self._buffer
+        batch = buffer.batch
+        if (
+            batch is not None
+            and len(batch) - buffer.bpos >= max_records
+            and not self._lock.locked()
+        ):
+            # Served from the read-ahead buffer: no lock, no thread hop.
+            self._produced += max_records
+            return buffer.take_batch(max_records)
+        return await self._locked(self._read_batch_locked, queue, max_records)
 
     async def reset(self) -> None:
         """Forget all progress: counters to 0, the work item in progress dropped (not put
@@ -562,6 +617,7 @@ class ReaderBase(
         self._started = self._finished = self._produced = 0
         self._work = b""
         self._resume = None
+        self._taken = None
         self._epoch += 1
         self._buffer.clear()
 

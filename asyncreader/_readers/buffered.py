@@ -8,7 +8,9 @@ executor (:meth:`~BufferedReader._fill`: a block of megabytes framed whole, see
 buffer are not yet *produced*: they are not counted, and saved state resumes at the first
 of them.
 
-What a subclass provides: :meth:`~BufferedReader._fill` (on a worker thread),
+What a subclass provides: :meth:`~BufferedReader._fill` (on a worker thread; and
+:meth:`~BufferedReader._fill_batch` for ``read_batch``, which by default joins
+``_fill``'s run into a batch),
 :meth:`~BufferedReader._before_fill` and :meth:`~BufferedReader._run_mark` (the restart
 point of the run being read: a position in the file and how many of its records were
 delivered before), :meth:`~BufferedReader._rewind`, :meth:`~BufferedReader._run_state`,
@@ -23,12 +25,14 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from .._errors import AsyncReaderError, OutOfRangeError
+from .._records.batch import RecordBatch
 from .base import ReaderBase
+from .hook_path import as_lists
 
 if TYPE_CHECKING:
     from .._io.executor import IoCall
-    from .base import ReadManyResult
-    from .buffer import RecordRun
+    from .buffer import BatchRun, RecordRun
+    from .hook_path import Records
 
 __all__ = ["BufferedReader"]
 
@@ -41,6 +45,11 @@ class BufferedReader(ReaderBase):
     def _fill(self) -> RecordRun:
         """Read and frame the next run of the current work item (on a worker thread)."""
         raise NotImplementedError
+
+    def _fill_batch(self) -> BatchRun:
+        """:meth:`_fill` for ``read_batch``: the next run as a batch (on a worker thread)."""
+        keys, values, at_end = self._fill()
+        return RecordBatch.from_records(keys, values, work=self._work), at_end
 
     def _before_fill(self) -> None:
         """Note where the next run starts (on the event loop, before :meth:`_fill`)."""
@@ -74,14 +83,14 @@ class BufferedReader(ReaderBase):
         return True
 
     def _mark(self) -> tuple[Any, int]:
-        return self._run_mark(), self._buffer.pos
+        return self._run_mark(), self._buffer.delivered
 
     def _drop_delivered(self, n: int) -> None:
-        mark, skip = self._run_mark()
-        self._rewind(mark, skip + n)
+        # The run's restart point stays; n more of its records are skipped.
+        self._rewind(self._run_mark(), n)
 
     def _position_state(self) -> bytes:
-        return self._run_state(self._buffer.pos)
+        return self._run_state(self._buffer.delivered)
 
     async def _restore_position(self, extra: bytes) -> None:
         await self._call("restore_extra", extra)
@@ -91,18 +100,24 @@ class BufferedReader(ReaderBase):
         await self._refill()
         return None
 
-    async def _read_on_many(self, n: int, mark: tuple[Any, int]) -> ReadManyResult | None:
-        await self._refill()
+    async def _read_on_many(
+        self, n: int, mark: tuple[Any, int], batch: bool
+    ) -> tuple[Records, bool] | None:
+        await self._refill(batch=batch)
         return None
 
     async def _apply_pending(self, kind: str, call: IoCall[Any], info: tuple[Any, ...]) -> None:
         if kind == "fill":
             try:
-                keys, values, at_end = call.outcome()
+                run = call.outcome()
             except Exception as exc:
                 await self._fill_failed(exc)
                 return
-            self._buffer_more(keys, values, at_end)
+            if len(run) == 2 and not self._buffer.n and self._buffer.batch is None:
+                self._buffer.hold_batch(*run)
+            else:
+                keys, values = as_lists(run[0]) if len(run) == 2 else run[:2]
+                self._buffer_more(keys, values, run[-1])
         elif kind == "skip_bad":
             await self._after_skip_bad(info[0], call.outcome())
         else:
@@ -110,19 +125,23 @@ class BufferedReader(ReaderBase):
 
     # -- filling the buffer ------------------------------------------------------------------
 
-    async def _refill(self) -> None:
-        """Replace the (exhausted) buffer with the next run of the current work item."""
+    async def _refill(self, *, batch: bool = False) -> None:
+        """Replace the (exhausted) buffer with the next run of the current work item
+        (``batch``: as a batch, for ``read_batch``)."""
         self._buffer.clear()
         self._before_fill()
         try:
-            keys, values, at_end = await self._run_blocking(self._fill)
+            if batch:
+                records, at_end = await self._run_blocking(self._fill_batch)
+                self._buffer.hold_batch(records, at_end)
+            else:
+                keys, values, at_end = await self._run_blocking(self._fill)
+                self._buffer.hold(keys, values, at_end)
         except Exception as exc:
             await self._fill_failed(exc)
-            return
         except BaseException:
             self._note_pending("fill")
             raise
-        self._buffer.hold(keys, values, at_end)
 
     async def _fill_failed(self, exc: Exception) -> None:
         """Handle an error of :meth:`_fill`: skip what the policy allows, else raise."""

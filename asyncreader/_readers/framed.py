@@ -27,16 +27,19 @@ import struct
 from bisect import bisect_left
 from typing import TYPE_CHECKING, ClassVar, Final
 
+import numpy as np
+
 from .._errors import AsyncReaderError, DataLossError, InvalidArgumentError
 from .._io.filesystem import READ_BLOCK, open_work_item
+from .._records.batch import KeyRun, RecordBatch, assemble
 from .buffered import BufferedReader
 from .keys import bulk_keys, key_format, range_keys
 
 if TYPE_CHECKING:
     from .._error_policy import OnError
     from .._io.filesystem import RandomAccessFile
-    from .._records.framer import Framer
-    from .buffer import RecordRun
+    from .._records.framer import Framed, Framer
+    from .buffer import BatchRun, RecordRun
 
 __all__ = ["HOP_RECORDS", "FramedReader"]
 
@@ -319,6 +322,50 @@ class FramedReader(BufferedReader):
             if ints or at_end:
                 return self._keys_of(ints), values, at_end
 
+    def _fill_batch(self) -> BatchRun:
+        # The segment mode of _fill: the same records, errors and state, framed a whole
+        # block per hop (no per-record objects to keep in cache), keys left as ints.
+        framer = self._framer
+        assert framer is not None
+        while True:
+            if framer.error is not None:
+                raise framer.error
+            at_end = False
+            if framer.pending:
+                framed = [framer.decode_segments(b"")]
+            else:
+                data, last = self._next_piece(whole=True)
+                if data:
+                    framed = [framer.decode_segments(data)]
+                    if last and framer.error is None and not framer.pending:
+                        try:
+                            framed.append(framer.finish_segments())
+                        except AsyncReaderError:
+                            if not len(framed[0]):
+                                raise
+                            # Deliver the good records first; the framer repeats the error.
+                        else:
+                            at_end = framer.error is None
+                else:
+                    framed = [framer.finish_segments()]
+                    at_end = framer.error is None
+            batch = self._batch_of(framed)
+            if len(batch) or at_end:
+                return batch, at_end
+
+    def _batch_of(self, framed: list[Framed]) -> RecordBatch:
+        """A batch of framed records (their keys kept as ints), less the records a
+        restored state says were delivered already."""
+        segments = [s for f in framed for s in f.segments]
+        ids = framed[0].keys if len(framed) == 1 else np.concatenate([f.keys for f in framed])
+        batch = assemble(segments, [KeyRun(self._work, len(ids), ids)])
+        skip = self._skip_pending
+        if skip and len(batch):
+            dropped = min(skip, len(batch))
+            batch = batch[dropped:]
+            self._skip_pending = skip - dropped
+        return batch
+
     def _drop_skipped(self, ints: list[int], values: list[bytes]) -> None:
         """Drop the records a restored state says were delivered already."""
         skip = self._skip_pending
@@ -327,11 +374,11 @@ class FramedReader(BufferedReader):
             del ints[:dropped], values[:dropped]
             self._skip_pending = skip - dropped
 
-    def _next_piece(self) -> tuple[bytes, bool]:
+    def _next_piece(self, *, whole: bool = False) -> tuple[bytes, bool]:
         """Return the next piece of the file to frame, and whether it is the file's last.
 
         An empty piece is the end of the file. A block is read when the last one is used
-        up; a short block ends the file.
+        up; a short block ends the file. ``whole``: the rest of the block.
         """
         block, at = self._block, self._block_at
         if at >= len(block):
@@ -341,7 +388,7 @@ class FramedReader(BufferedReader):
             self._bytes_read += len(block)
             self._block, at, self._block_last = block, 0, len(block) < READ_BLOCK
         stop = at + self._piece
-        if stop + _MIN_PIECE > len(block):
+        if whole or stop + _MIN_PIECE > len(block):
             stop = len(block)  # no small pieces left over
         self._block_at = stop
         last = self._block_last and stop == len(block)

@@ -45,6 +45,7 @@ class SavedState:
     _pushback_base: int
     _needs_reset: bool
     _pending: _Pending | None
+    _taken: bytes | None
     _epoch: int
     _tf_state: ClassVar[bool]
 
@@ -61,8 +62,8 @@ class SavedState:
         """Where the next record comes from, to put records back to (see :meth:`_put_back`):
         a hook reader's extra state and how many records past it."""
         buffer = self._buffer
-        if buffer.pos < buffer.n:
-            return self._pushback_extra, self._pushback_base + buffer.pos
+        if buffer.waiting:
+            return self._pushback_extra, self._pushback_base + buffer.delivered
         in_progress = self._finished < self._started
         return (self.serialize_extra() if in_progress else None), 0
 
@@ -89,10 +90,10 @@ class SavedState:
         """Return the extra state of the next undelivered record of the work item in
         progress (a hook reader: records skipped past the hook's own extra state)."""
         buffer = self._buffer
-        if self._pushback_extra is not None and buffer.pos < buffer.n:
+        if self._pushback_extra is not None and buffer.waiting:
             # Records put back wait in the buffer: resume before them, skipping those
             # already delivered from it.
-            return SKIP.pack(self._pushback_base + buffer.pos) + self._pushback_extra
+            return SKIP.pack(self._pushback_base + buffer.delivered) + self._pushback_extra
         return SKIP.pack(0) + self.serialize_extra()
 
     def _native_state(self) -> bytes:
@@ -100,8 +101,9 @@ class SavedState:
         in_progress = self._finished < self._started
         started = self._started
         if self._opening():
-            # The work item just dequeued is still being opened by an abandoned call: save
-            # it as started, at its first record, so that a restore does not lose it.
+            # The work item just dequeued is not started yet (an abandoned call still opens
+            # it, or a cancelled call took it before opening it): save it as started, at
+            # its first record, so that a restore does not lose it.
             started += 1
             extra = self._start_state()
         elif not in_progress:
@@ -152,6 +154,9 @@ class SavedState:
         check_skip(extra)
 
     def _opening(self) -> bool:
-        """Whether an abandoned call still opens the work item just dequeued."""
+        """Whether the work item just dequeued is not started yet: an abandoned call still
+        opens it, or a call cancelled before opening it left it for the next one."""
+        if self._taken is not None:
+            return True
         pending = self._pending
         return pending is not None and pending.kind == "start" and pending.epoch == self._epoch

@@ -20,6 +20,7 @@ import anyio
 from .._error_policy import DeadLetter
 from .._errors import AsyncReaderError
 from .._runtime.checkpoint import check_taken_work
+from .hook_path import count_of
 from .state import SKIP
 from .work import check_work_queue, work_item_bytes
 
@@ -30,6 +31,7 @@ if TYPE_CHECKING:
     from .._error_policy import ErrorPolicy
     from .abandoned import _Pending
     from .buffer import ReadAheadBuffer
+    from .hook_path import Records
     from .work import WorkQueue
 
 __all__ = ["WorkItems"]
@@ -57,6 +59,7 @@ class WorkItems:
     _resume: bytes | None
     _needs_reset: bool
     _pending: _Pending | None
+    _taken: bytes | None
     _has_read_many: ClassVar[bool]
 
     if TYPE_CHECKING:
@@ -70,14 +73,18 @@ class WorkItems:
         def _close_files(self) -> None: ...
         async def _run_blocking(self, fn: Callable[..., T], *args: Any) -> T: ...
         async def _read_one_hook(self) -> tuple[bytes | None, bytes | None, bool]: ...
-        async def _read_many_hook(self, n: int) -> tuple[list[bytes], list[bytes], bool]: ...
+        async def _read_many_hook(self, n: int) -> tuple[Records, bool]: ...
 
     async def _take_work(self, queue: WorkQueue) -> None:
         check_work_queue(queue, self.display_name)
         while True:
-            item = await queue.dequeue()
-            work = work_item_bytes(item)
-            check_taken_work(queue, work)  # a restored queue's strings may not be trusted
+            if self._taken is not None:
+                # Dequeued by a call cancelled before its hook ran: start it now.
+                work, self._taken = self._taken, None
+            else:
+                item = await queue.dequeue()
+                work = work_item_bytes(item)
+                check_taken_work(queue, work)  # a restored queue's strings may not be trusted
             self._work = work
             self._buffer.clear()
             try:
@@ -85,8 +92,12 @@ class WorkItems:
             except BaseException as exc:
                 if self._note_pending("start"):
                     raise  # the next operation takes the outcome of the open
-                if isinstance(exc, Exception):
-                    self._errors += 1
+                if not isinstance(exc, Exception):
+                    # Cancelled before the hook ran (an abandoned one is pending above):
+                    # the item is out of the queue, so the next take starts it.
+                    self._taken = work
+                    raise
+                self._errors += 1
                 await self._abandon()
                 if isinstance(exc, AsyncReaderError) and self._skip(exc, rest=True):
                     continue
@@ -179,8 +190,8 @@ class WorkItems:
         state was saved)."""
         while skip > 0:
             if self._has_read_many:
-                keys, _, at_end = await self._read_many_hook(skip)
-                skip -= len(keys)
+                records, at_end = await self._read_many_hook(skip)
+                skip -= count_of(records)
             else:
                 key, _, at_end = await self._read_one_hook()
                 skip -= key is not None

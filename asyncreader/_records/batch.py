@@ -28,7 +28,7 @@ from .._errors import InvalidArgumentError
 if TYPE_CHECKING:
     import pyarrow
 
-__all__ = ["KeyRun", "RecordBatch", "Segment", "assemble"]
+__all__ = ["KeyRun", "RecordBatch", "Segment", "assemble", "concat"]
 
 _U8: Final = np.dtype(np.uint8)
 _I64: Final = np.dtype(np.int64)
@@ -205,10 +205,35 @@ class RecordBatch(Sequence[bytes]):
     def __getitem__(self, index: SupportsIndex | slice) -> bytes | RecordBatch:
         """Record ``index`` as ``bytes``; a slice gives a batch sharing the buffers."""
         if isinstance(index, slice):
+            lo, hi, step = index.indices(self._len)
+            if step == 1:
+                return self._range(lo, hi)
             return self.take(np.arange(self._len)[index])
         segment, j = self._locate(int(index))
         start = int(segment.starts[j])
         return segment.buffer[start : start + int(segment.lengths[j])].tobytes()
+
+    def _range(self, lo: int, hi: int) -> RecordBatch:
+        """Records ``lo:hi`` as a batch of views of this one's arrays (no copy)."""
+        if lo <= 0 and hi >= self._len:
+            return self
+        segments: list[Segment] = []
+        for n, s in enumerate(self._segments):
+            first, stop = self._counts[n], self._counts[n + 1]
+            if stop > lo and first < hi:
+                i, j = max(lo - first, 0), min(hi, stop) - first
+                segments.append(Segment(s.buffer, s.starts[i:j], s.lengths[i:j]))
+        runs: list[KeyRun] = []
+        first = 0
+        for run in self._keys:
+            stop = first + run.size
+            if stop > lo and first < hi:
+                i, j = max(lo - first, 0), min(hi, stop) - first
+                ids = None if run.ids is None else run.ids[i:j]
+                keys = None if run.keys is None else run.keys[i:j]
+                runs.append(KeyRun(run.work, j - i, ids, keys))
+            first = stop
+        return assemble(segments, runs)
 
     def __iter__(self) -> Iterator[bytes]:
         for segment in self._segments:
@@ -461,6 +486,19 @@ def assemble(segments: list[Segment], keys: list[KeyRun]) -> RecordBatch:
     batch = RecordBatch.__new__(RecordBatch)
     batch._init(segments, keys)
     return batch
+
+
+def concat(batches: Sequence[RecordBatch]) -> RecordBatch:
+    """The records of ``batches``, one after another, in one batch sharing their buffers
+    (how a read that gathered several runs returns them, without copying)."""
+    if len(batches) == 1:
+        return batches[0]
+    segments: list[Segment] = []
+    runs: list[KeyRun] = []
+    for b in batches:
+        segments += b._segments
+        runs += [r for r in b._keys if r.size]
+    return assemble(segments, runs)
 
 
 class _KeyView(Sequence[bytes]):

@@ -6,12 +6,14 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import pytest
+
 import asyncreader as ar
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
 
-    import pytest
+    from asyncreader._readers.work import WorkQueue
 
 DATA = Path(__file__).resolve().parent.parent / "data"
 
@@ -54,3 +56,30 @@ def frame_in_small_pieces(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(f"{framed}._FIRST_PIECE", 50)
     monkeypatch.setattr(f"{framed}._MIN_PIECE", 16)
     monkeypatch.setattr(f"{framed}.HOP_RECORDS", 5)
+
+
+@pytest.fixture(autouse=True, params=["read_up_to", "read_batch"])
+def read_verb(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Run each reader test twice: with ``read_up_to`` as it is, and with ``read_up_to``
+    served by ``read_batch`` (its keys and records turned back into lists).
+
+    Every test of the reader matrix that reads through ``read_up_to`` (headers, footers,
+    hops, CRLF, empty files, compressed streams, corrupt data, restores mid-file, error
+    policies with dead letters, cancellation) so also checks that ``read_batch`` gives the
+    same records, keys, counters, state and errors. A test module takes it in with
+    ``from readers_util import read_verb``; a test asks for it to know which run it is.
+    """
+    if request.param == "read_batch":
+        original = ar.ReaderBase.read_up_to
+
+        async def read_up_to(
+            self: ar.ReaderBase, queue: WorkQueue, num_records: int
+        ) -> tuple[list[bytes], list[bytes]]:
+            if num_records < 0:
+                return await original(self, queue, num_records)  # its own message
+            batch = await self.read_batch(queue, num_records)
+            assert isinstance(batch, ar.RecordBatch)
+            return batch.keys(), batch.tolist()
+
+        monkeypatch.setattr(ar.ReaderBase, "read_up_to", read_up_to)
+    return str(request.param)

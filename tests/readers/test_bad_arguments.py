@@ -11,7 +11,10 @@ from typing import TYPE_CHECKING
 import anyio
 import pytest
 from queue_util import work_queue
-from readers_util import drain_values
+from readers_util import (
+    drain_values,
+    read_verb,  # noqa: F401 (runs each test with both verbs)
+)
 
 import asyncreader as ar
 

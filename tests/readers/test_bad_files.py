@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 from queue_util import work_queue
+from readers_util import read_verb  # noqa: F401 (runs each test with both verbs)
 
 import asyncreader as ar
 

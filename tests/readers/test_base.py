@@ -8,8 +8,10 @@ import threading
 from pathlib import Path
 
 import anyio
+import anyio.lowlevel
 import pytest
 from queue_util import work_queue
+from readers_util import drain, read_verb  # noqa: F401 (runs each test with both verbs)
 
 import asyncreader as ar
 from asyncreader._readers.keys import bulk_keys, range_keys
@@ -377,3 +379,44 @@ def test_custom_reader_example_runs() -> None:
         "records.lp:5 b''",
         "records.lp:9 b'xyz'",
     ]
+
+
+async def _first_call(reader: ar.ReaderBase, q: ar.FIFOQueue, verb: str, got: list[bytes]) -> None:
+    if verb == "read":
+        got.append((await reader.read(q))[1])
+    elif verb == "read_up_to":
+        got.extend((await reader.read_up_to(q, 3))[1])
+    else:
+        got.extend((await reader.read_batch(q, 3)).tolist())
+
+
+@pytest.mark.both_backends
+@pytest.mark.parametrize("verb", ["read", "read_up_to", "read_batch"])
+async def test_a_call_cancelled_while_taking_a_work_item_does_not_lose_it(
+    tmp_path: Path, verb: str
+) -> None:
+    # Cancelled at every point from the dequeue to the open's thread hop: the item taken
+    # from the queue is started by the next call (or saved by the state), never dropped.
+    paths = [tmp_path / "a.txt", tmp_path / "b.txt"]
+    for i, p in enumerate(paths):
+        p.write_bytes(b"".join(b"%d-%d\n" % (i, j) for j in range(5)))
+    expected = [b"%d-%d" % (i, j) for i in range(2) for j in range(5)]
+    for ticks in range(12):
+        q = await work_queue([str(p) for p in paths])
+        got: list[bytes] = []
+        with anyio.fail_after(10):
+            async with ar.TextLineReader() as reader:
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(_first_call, reader, q, verb, got)
+                    for _ in range(ticks):
+                        await anyio.lowlevel.checkpoint()
+                    tg.cancel_scope.cancel()
+                state = reader.serialize_state()
+                left = [str(p) for p in paths[len(paths) - q.size() :]]
+                rest = await drain(reader, q)
+            assert got + [v for _, v in rest] == expected, ticks
+            # State saved right after the cancelled call resumes with nothing lost either.
+            async with ar.TextLineReader() as fresh:
+                fresh.restore_state(state)
+                again = await drain(fresh, await work_queue(left))
+            assert got + [v for _, v in again] == expected, ticks

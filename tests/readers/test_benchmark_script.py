@@ -26,6 +26,7 @@ def test_readers_benchmark_runs_and_reports_every_bar(tmp_path: Path) -> None:
     for case in ("tfrecord 100KiB", "tfrecord 100B none", "tfrecord 100B GZIP", "text lines"):
         assert f"| {case}" in out
     assert out.count("read_up_to(1024)") == 5
+    assert out.count("read_batch(1024)") == 5
     for bar in ("(bar 0.60)", "(bar 5)", "(bar 0.50)", "us/record (bar 5)"):
         assert bar in out
     # The data files were written where --dir says.

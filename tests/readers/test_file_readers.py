@@ -9,7 +9,12 @@ from typing import TYPE_CHECKING, Any
 import anyio
 import pytest
 from queue_util import work_queue
-from readers_util import frame_in_small_pieces, open_fds, tfrecord_bytes
+from readers_util import (
+    frame_in_small_pieces,
+    open_fds,
+    read_verb,  # noqa: F401 (runs each test with both verbs)
+    tfrecord_bytes,
+)
 
 import asyncreader as ar
 from asyncreader._io import filesystem

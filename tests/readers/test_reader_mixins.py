@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
+from readers_util import read_verb  # noqa: F401 (runs each test with both verbs)
 
 import asyncreader as ar
 from asyncreader._readers import abandoned, hook_path, runtime_protocols, saved_state, work_items

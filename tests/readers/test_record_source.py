@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 import anyio
 import numpy as np
 import pytest
+from readers_util import read_verb  # noqa: F401 (runs each test with both verbs)
 
 import asyncreader as ar
 from asyncreader._queues.record_refs import RecordSource, RereadableReader

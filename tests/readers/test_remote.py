@@ -13,7 +13,11 @@ from typing import TYPE_CHECKING
 import anyio
 import pytest
 from queue_util import work_queue
-from readers_util import drain, tfrecord_bytes
+from readers_util import (
+    drain,
+    read_verb,  # noqa: F401 (runs each test with both verbs)
+    tfrecord_bytes,
+)
 
 import asyncreader as ar
 

@@ -12,7 +12,10 @@ from typing import Any
 
 import pytest
 from queue_util import work_queue
-from readers_util import DATA
+from readers_util import (
+    DATA,
+    read_verb,  # noqa: F401 (runs each test with both verbs)
+)
 
 import asyncreader as ar
 

@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from asyncreader import InvalidArgumentError
-from asyncreader._records.batch import KeyRun, RecordBatch, Segment, assemble
+from asyncreader._records.batch import KeyRun, RecordBatch, Segment, assemble, concat
 
 
 def framed(records: list[bytes], *, gap: int = 0, head: int = 0) -> Segment:
@@ -256,3 +256,53 @@ def test_take_picks_records_in_any_order() -> None:
         b.take([4])
     with pytest.raises(IndexError):
         b.take([-5])
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.lists(st.binary(max_size=20), max_size=8), st.integers(0, 5)),
+        max_size=4,
+    ),
+    st.integers(-12, 40),
+    st.integers(-12, 40),
+)
+def test_contiguous_slices_are_views_with_their_keys(
+    parts: list[tuple[list[bytes], int]], lo: int, hi: int
+) -> None:
+    b = batch_of(*parts)
+    expected = b.tolist()
+    keys = b.keys()
+    part = b[lo:hi]
+    assert part.tolist() == expected[lo:hi]
+    assert part.keys() == keys[lo:hi]
+    assert [part.key(i) for i in range(len(part))] == keys[lo:hi]
+    assert len(part) == len(expected[lo:hi])
+    # A slice of a slice, and the slices' concatenation, are the same records again.
+    assert part[1:].tolist() == expected[lo:hi][1:]
+    whole = concat([b[:lo], b[lo:]])
+    assert whole.tolist() == expected
+    assert whole.keys() == keys
+
+
+def test_a_contiguous_slice_copies_nothing() -> None:
+    records = [bytes([i]) * 8 for i in range(10)]
+    b = assemble([framed(records, gap=4)], [KeyRun(b"f", 10, np.arange(10, dtype=np.int64))])
+    part = b[2:5]
+    assert part is not b
+    assert b[:] is b
+    assert np.shares_memory(part.starts, b.starts)
+    assert np.shares_memory(part.to_numpy(), b.data)
+    assert part.keys() == [b"f:2", b"f:3", b"f:4"]
+    assert part.work_item(0) == b"f"
+
+
+def test_concat_keeps_every_segment_and_key_run() -> None:
+    a = RecordBatch.from_records([b"x:1", b"x:2"], [b"one", b"two"], work=b"x")
+    b = batch_of((RECORDS, 2), work=b"y")
+    both = concat([a, b[:0], b])
+    assert both.tolist() == [b"one", b"two", *RECORDS]
+    assert both.keys() == [b"x:1", b"x:2", b"y:0", b"y:1", b"y:2", b"y:3"]
+    assert [both.work_item(i) for i in (0, 2)] == [b"x", b"y"]
+    assert concat([a]) is a
+    assert len(concat([])) == 0
