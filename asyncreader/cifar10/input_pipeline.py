@@ -2,14 +2,15 @@
 
 The parts of TensorFlow's classic ``cifar10_input.py`` that are pure numpy, rewritten to
 work on a whole *chunk* of records at once (a ``(n, 3073)`` uint8 array from
-:func:`asyncreader.decode_raw` on the values of one ``read_up_to``):
+:func:`asyncreader.decode_raw` on the :class:`~asyncreader.RecordBatch` of one
+``read_batch``: a view of the block the reader read, no copy per record):
 
 * :func:`parse_records` splits labels from images (a view, no copy);
 * :func:`distort_images` is ``distorted_inputs``' preprocessing — random 24x24 crop, random
   left-right flip, random brightness and contrast, per-image standardisation;
 * :func:`eval_images` is ``inputs``' preprocessing — central 24x24 crop, standardisation;
 * :func:`distorted_inputs` / :func:`inputs` wire them into the queue pipeline
-  (``string_input_producer`` -> ``FixedLengthRecordReader.read_up_to`` -> ``decode_raw`` ->
+  (``string_input_producer`` -> ``FixedLengthRecordReader.read_batch`` -> ``decode_raw`` ->
   augmentation on a worker thread -> ``shuffle_batch(..., enqueue_many=True)``).
 """
 
@@ -43,6 +44,7 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
 
     from .._pipeline.batcher import Batcher
+    from .._records.batch import RecordBatch
 
 __all__ = [
     "IMAGE_SIZE",
@@ -69,7 +71,7 @@ IMAGE_SIZE = 24
 NUM_EXAMPLES_PER_EPOCH_FOR_TRAIN = 5 * RECORDS_PER_FILE
 NUM_EXAMPLES_PER_EPOCH_FOR_EVAL = RECORDS_PER_FILE
 
-#: Records one reader task takes per ``read_up_to``: large enough that the per-chunk costs
+#: Records one reader task takes per ``read_batch``: large enough that the per-chunk costs
 #: (a thread hop, a few numpy calls) vanish per image, small enough to keep the shuffle
 #: queue fed smoothly (a chunk is about 1.5 MB of records).
 DEFAULT_CHUNK = 500
@@ -90,7 +92,8 @@ def parse_records(
     first byte (cast to int32), the image the remaining 3,072 bytes in depth-major order.
 
     Args:
-        records: ``(n, 3073)`` uint8, e.g. ``decode_raw(values, "uint8")``.
+        records: ``(n, 3073)`` uint8, e.g. ``decode_raw(batch, "uint8")`` of a
+            ``read_batch``.
 
     Returns:
         ``(images, labels)``: ``images`` is a ``(n, 3, 32, 32)`` uint8 *view* of
@@ -365,7 +368,8 @@ class ImageChunker:
     """An example source for ``shuffle_batch(..., enqueue_many=True)``: chunks of images.
 
     Each call reads up to ``chunk_size`` records from the current file with one
-    ``read_up_to``, decodes them with one ``decode_raw`` and preprocesses them on a worker
+    ``read_batch``, decodes them with one ``decode_raw`` (a view of the block the reader
+    read: no ``bytes`` object per record and no join) and preprocesses them on a worker
     thread (numpy releases the GIL in its copies and arithmetic, so several chunkers
     preprocess in parallel while the event loop keeps serving the queues). It returns
     ``(images, labels)`` with a leading chunk dimension; it raises
@@ -402,18 +406,22 @@ class ImageChunker:
         #: Records read so far.
         self.records = 0
 
-    def _preprocess(self, values: list[bytes]) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
-        images, labels = parse_records(decode_raw(values, np.uint8))
+    def _preprocess(
+        self, records: RecordBatch
+    ) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
+        # The decoded records view the reader's block; the crops below copy out of it, so
+        # nothing queued downstream keeps the block alive.
+        images, labels = parse_records(decode_raw(records, np.uint8))
         if self._distort:
             return distort_images(images, self._rng, distort_colours=self._colours), labels
         return eval_images(images), labels
 
     async def __call__(self) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
-        _, values = await self._reader.read_up_to(self._queue, self._chunk)
-        self.records += len(values)
+        records = await self._reader.read_batch(self._queue, self._chunk)
+        self.records += len(records)
         # One chunker never preprocesses two chunks at once (it is one runner task), so its
         # generator is never shared between threads.
-        return await anyio.to_thread.run_sync(self._preprocess, values)
+        return await anyio.to_thread.run_sync(self._preprocess, records)
 
     def __repr__(self) -> str:
         kind = "distorted" if self._distort else "eval"
@@ -510,7 +518,7 @@ def distorted_pipeline(
         batch_size: Images per batch.
         num_readers: Reader tasks, each with its own reader and preprocessing thread.
         seed: Seed of the file order, the distortions and the shuffle.
-        chunk_size: Records per ``read_up_to``.
+        chunk_size: Records per ``read_batch``.
         min_after_dequeue: Images the shuffle queue keeps to draw from; ``None`` for 40% of
             an epoch.
         distort_colours: Apply the random brightness and contrast.
@@ -573,7 +581,7 @@ def inputs(
         data_dir: Folder holding the files.
         batch_size: Images per batch.
         num_epochs: Passes over the files.
-        chunk_size: Records per ``read_up_to``.
+        chunk_size: Records per ``read_batch``.
         coord: The Coordinator to run in; default the current one.
 
     Returns:

@@ -1,0 +1,168 @@
+"""The CIFAR-10 input pipeline reads record batches and gives the images numpy gives."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import anyio
+import numpy as np
+import pytest
+from queue_util import work_queue
+
+import asyncreader as ar
+from asyncreader import cifar10
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from asyncreader._readers.work import WorkQueue
+
+RECORDS = 200
+
+
+@pytest.fixture
+def small_cifar10(tmp_path: Path) -> Path:
+    """A CIFAR-10 binary folder with 200 records per file."""
+    cifar10.write_synthetic_dataset(tmp_path, records_per_file=RECORDS)
+    return tmp_path
+
+
+def _records(path: Path) -> np.ndarray:
+    return np.fromfile(path, np.uint8).reshape(-1, cifar10.RECORD_BYTES)
+
+
+class CountingReader(ar.FixedLengthRecordReader):
+    """A CIFAR-10 reader that counts which read verb the pipeline calls."""
+
+    def __init__(self) -> None:
+        super().__init__(cifar10.RECORD_BYTES)
+        self.batches = 0
+        self.lists = 0
+
+    async def read_batch(self, queue: WorkQueue, max_records: int) -> ar.RecordBatch:
+        self.batches += 1
+        return await super().read_batch(queue, max_records)
+
+    async def read_up_to(
+        self, queue: WorkQueue, num_records: int
+    ) -> tuple[list[bytes], list[bytes]]:
+        self.lists += 1
+        return await super().read_up_to(queue, num_records)
+
+
+async def _file_queue(*paths: Path) -> ar.FIFOQueue:
+    return await work_queue(str(p) for p in paths)
+
+
+async def _drain(chunker: cifar10.ImageChunker) -> list[tuple[np.ndarray, np.ndarray]]:
+    chunks = []
+    while True:
+        try:
+            chunks.append(await chunker())
+        except ar.OutOfRangeError:
+            return chunks
+
+
+@pytest.mark.both_backends
+@pytest.mark.anyio
+async def test_chunker_reads_record_batches_not_lists(small_cifar10: Path) -> None:
+    queue = await _file_queue(small_cifar10 / cifar10.TEST_FILE)
+    async with CountingReader() as reader:
+        chunker = cifar10.ImageChunker(reader, queue, chunk_size=64, distort=False)
+        with anyio.fail_after(20):
+            chunks = await _drain(chunker)
+    assert [len(labels) for _, labels in chunks] == [64, 64, 64, 8]
+    assert reader.batches == 5  # four chunks, then the end of input
+    assert reader.lists == 0
+    assert chunker.records == RECORDS
+
+
+@pytest.mark.both_backends
+@pytest.mark.anyio
+async def test_distorted_chunks_equal_the_numpy_reference(small_cifar10: Path) -> None:
+    """Same seed, same crops, flips, colours and labels as preprocessing the file's
+    records with numpy in the same chunks (the last one short)."""
+    path = small_cifar10 / cifar10.TRAIN_FILES[0]
+    seed = [7, 11]
+    queue = await _file_queue(path)
+    async with ar.FixedLengthRecordReader(cifar10.RECORD_BYTES) as reader:
+        chunker = cifar10.ImageChunker(reader, queue, chunk_size=48, seed=seed)
+        with anyio.fail_after(20):
+            chunks = await _drain(chunker)
+    rng = np.random.default_rng(seed)
+    records = _records(path)
+    assert len(chunks) == 5
+    for i, (images, labels) in enumerate(chunks):
+        want_images, want_labels = cifar10.parse_records(records[i * 48 : (i + 1) * 48])
+        np.testing.assert_array_equal(images, cifar10.distort_images(want_images, rng))
+        np.testing.assert_array_equal(labels, want_labels)
+        assert images.dtype == np.float32
+        assert labels.dtype == np.int32
+
+
+@pytest.mark.both_backends
+@pytest.mark.anyio
+async def test_chunks_do_not_keep_the_readers_blocks(small_cifar10: Path) -> None:
+    """The decoded records view the reader's block; the images handed on are copies."""
+    queue = await _file_queue(small_cifar10 / cifar10.TEST_FILE)
+    async with CountingReader() as reader:
+        chunker = cifar10.ImageChunker(reader, queue, chunk_size=50, distort=False)
+        with anyio.fail_after(20):
+            images, labels = await chunker()
+    assert labels.shape == (50,)
+    assert images.flags.owndata
+    assert images.flags.writeable
+    assert labels.flags.owndata
+
+
+@pytest.mark.both_backends
+@pytest.mark.anyio
+async def test_inputs_visit_every_test_image_in_file_order(small_cifar10: Path) -> None:
+    records = _records(small_cifar10 / cifar10.TEST_FILE)
+    want_images, want_labels = cifar10.parse_records(records)
+    got_images, got_labels = [], []
+    with anyio.fail_after(30):
+        async with ar.Session():
+            batcher = cifar10.inputs(True, small_cifar10, 32, chunk_size=45)
+            async for images, labels in batcher:
+                got_images.append(images)
+                got_labels.append(labels)
+    np.testing.assert_array_equal(np.concatenate(got_labels), want_labels)
+    np.testing.assert_array_equal(np.concatenate(got_images), cifar10.eval_images(want_images))
+
+
+@pytest.mark.both_backends
+@pytest.mark.anyio
+async def test_a_missing_training_file_stops_the_pipeline_naming_it(
+    small_cifar10: Path,
+) -> None:
+    (small_cifar10 / cifar10.TRAIN_FILES[2]).unlink()
+
+    async def train() -> None:
+        async with ar.Session():
+            batcher = cifar10.distorted_inputs(small_cifar10, 50, seed=1, min_after_dequeue=100)
+            for _ in range(100):
+                await batcher.dequeue()
+
+    with anyio.fail_after(30), pytest.raises(ar.NotFoundError, match=r"data_batch_3\.bin"):
+        await train()
+
+
+@pytest.mark.both_backends
+@pytest.mark.anyio
+async def test_a_file_cut_mid_record_reads_its_whole_records(small_cifar10: Path) -> None:
+    """A trailing partial record is dropped, as TensorFlow's FixedLengthRecordReader does,
+    the same way by read_batch as by read_up_to."""
+    path = small_cifar10 / cifar10.TEST_FILE
+    data = path.read_bytes()
+    path.write_bytes(data[: 10 * cifar10.RECORD_BYTES + 100])
+    queue = await _file_queue(path)
+    async with CountingReader() as reader:
+        chunker = cifar10.ImageChunker(reader, queue, chunk_size=64, distort=False)
+        with anyio.fail_after(20):
+            chunks = await _drain(chunker)
+    assert [len(labels) for _, labels in chunks] == [10]
+    whole = np.frombuffer(data, np.uint8)[: 10 * cifar10.RECORD_BYTES]
+    want_images, want_labels = cifar10.parse_records(whole.reshape(10, -1))
+    np.testing.assert_array_equal(chunks[0][1], want_labels)
+    np.testing.assert_array_equal(chunks[0][0], cifar10.eval_images(want_images))
