@@ -6,9 +6,10 @@ hands batches of 128 to a consumer, once over the epoch:
 
 * ``numpy``: the reference. One thread, no queues: read 128 records from a file, decode
   them with ``np.frombuffer`` and crop/flip/standardise the batch vectorised.
-* ``asyncreader``: ``string_input_producer`` -> ``FixedLengthRecordReader.read_up_to`` ->
-  ``decode_raw`` on the chunk -> the same vectorised augmentation on a worker thread ->
-  ``shuffle_batch_join(..., enqueue_many=True)`` -> ``async for`` consumer.
+* ``asyncreader``: ``string_input_producer`` -> ``FixedLengthRecordReader.read_batch`` ->
+  ``decode_raw`` on the batch (a view of the block read) -> the same vectorised
+  augmentation on a worker thread -> ``shuffle_batch_join(..., enqueue_many=True)`` ->
+  ``async for`` consumer.
 * ``tf.data``: ``FixedLengthRecordDataset`` -> ``map`` (per example, parallel) ->
   ``shuffle`` -> ``batch`` -> ``prefetch``, the idiomatic form.
 * ``tf1-queues``: TensorFlow's own ``cifar10_input.distorted_inputs`` in graph mode
@@ -321,7 +322,8 @@ def measure(method: str, args: argparse.Namespace) -> dict[str, Any]:
 
 def queue_bound_bytes(args: argparse.Namespace) -> int:
     """Bytes asyncreader's buffers can hold: the shuffle queue plus a batch being dequeued,
-    and per reader one chunk of records, its decoded copy and its augmented images."""
+    and per reader one chunk of records, its decoded copy and its augmented images (the
+    decoded records are now a view, so this over-counts by a chunk per reader)."""
     example = SIZE * SIZE * 3 * 4 + 4  # float32 image + int32 label
     per_reader: int = args.chunk * (2 * cifar10.RECORD_BYTES + example)
     queued: int = (args.shuffle_buffer + 4 * BATCH) * example
@@ -336,7 +338,7 @@ def main() -> None:
     parser.add_argument("--backend", default="asyncio", choices=["asyncio", "trio"])
     parser.add_argument("--shuffle-buffer", type=int, default=int(0.4 * EPOCH))
     parser.add_argument(
-        "--chunk", type=int, default=input_pipeline.DEFAULT_CHUNK, help="read_up_to size"
+        "--chunk", type=int, default=input_pipeline.DEFAULT_CHUNK, help="read_batch size"
     )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--methods", default=",".join(METHODS), help="comma-separated subset")
