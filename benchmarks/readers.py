@@ -389,7 +389,7 @@ def run_all(tmp: Path, scale: float) -> None:
     print()
     for verdict in verdicts:
         print("-", verdict)
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / 1e6  # KiB to MB
     print(f"- peak RSS of this run: {peak:.0f} MB")
 
 
@@ -419,7 +419,7 @@ def _big_child(path: str, verb: str) -> None:
     done.set()
     sampler.join()
     seconds = time.perf_counter() - start
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / 1e6  # KiB to MB
     # Ten samples evenly spread over the run: flat means no growth while streaming.
     step = max(1, len(samples) // 10)
     over_time = " ".join(f"{mb:.0f}" for mb in samples[::step][:10])
