@@ -1,6 +1,6 @@
 """Reader speed: each reader against plain 4 MiB file reads of the same bytes (and tf.data).
 
-Run: ``python benchmarks/readers.py [--scale 1.0] [--dir DIR] [--big]``
+Run: ``python benchmarks/readers.py [--scale 1.0] [--dir DIR] [--big | --alloc]``
 
 The script writes its own data files (into ``--dir``, default a temporary directory), reads
 each once to warm the page cache, then times, best of three wall-clock runs:
@@ -23,19 +23,27 @@ Bars: TFRecord 100 KiB records >= 60% of raw (``read_batch``); TFRecord 100-byte
 (2M) batched >= 1.0x tf.data (GZIP too; ``read_batch``: 2x); text lines >= 5M lines/s;
 FixedLength 3,073-byte records >= 50% of raw (``read_batch``); ``read()`` < 5 us per
 record in steady state. ``--big`` instead streams a 2 GB TFRecord file in a child process
-and reports its peak RSS (bar: < 200 MB).
+with ``read_up_to(1024)`` and again with ``read_batch(1024)``, each in a child process, and
+reports peak RSS and RSS sampled every 0.1 s (bar: < 200 MB, flat while streaming).
+``--alloc`` instead counts the Python memory blocks one ``read_up_to`` / ``read_batch``
+call leaves alive while its result is held (``sys.getallocatedblocks``), for 64, 1024 and
+16384 records a call on TFRecord 100 B, text lines and FixedLength 3,073 B files:
+``read_up_to`` holds two objects per record, ``read_batch`` a count that does not grow with
+the number of records.
 """
 
 from __future__ import annotations
 
 import argparse
 import functools
+import gc
 import gzip
 import os
 import resource
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import zlib
 from pathlib import Path
@@ -381,19 +389,46 @@ def run_all(tmp: Path, scale: float) -> None:
     print()
     for verdict in verdicts:
         print("-", verdict)
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / 1e6  # KiB to MB
     print(f"- peak RSS of this run: {peak:.0f} MB")
 
 
-def _big_child(path: str) -> None:
-    async def main() -> int:
-        return await _drain_up_to(ar.TFRecordReader, Path(path), 1024)
+def _rss_mb() -> float:
+    """The resident set size of this process now, in MB (Linux ``/proc``; 0 elsewhere)."""
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 1e6
+    except OSError:
+        return 0.0
 
+
+def _big_child(path: str, verb: str) -> None:
+    """Stream ``path`` with ``verb`` (1024 records a call), sampling RSS every 0.1 s."""
+    samples: list[float] = []
+    done = threading.Event()
+
+    def sample() -> None:
+        while not done.wait(0.1):
+            samples.append(_rss_mb())
+
+    drain = _drain_batch if verb == BATCH else _drain_up_to
+    sampler = threading.Thread(target=sample, daemon=True)
     start = time.perf_counter()
-    n = anyio.run(main)
+    sampler.start()
+    n = anyio.run(drain, ar.TFRecordReader, Path(path), 1024)
+    done.set()
+    sampler.join()
     seconds = time.perf_counter() - start
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    print(f"{n} records, {os.path.getsize(path) / seconds / 1e6:.0f} MB/s, peak RSS {peak:.0f} MB")
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / 1e6  # KiB to MB
+    # Ten samples evenly spread over the run: flat means no growth while streaming.
+    step = max(1, len(samples) // 10)
+    over_time = " ".join(f"{mb:.0f}" for mb in samples[::step][:10])
+    half = samples[len(samples) // 2 :] or [0.0]
+    print(
+        f"{verb}(1024): {n} records, {os.path.getsize(path) / seconds / 1e6:.0f} MB/s, "
+        f"peak RSS {peak:.0f} MB; RSS over time (MB): {over_time}; "
+        f"second half {min(half):.0f}-{max(half):.0f} MB"
+    )
 
 
 def run_big(tmp: Path) -> None:
@@ -403,8 +438,80 @@ def run_big(tmp: Path) -> None:
         block = record * 1000
         for _ in range((2 << 30) // len(block)):
             f.write(block)
-    print(f"streaming {path.stat().st_size / 1e9:.2f} GB in a child process:")
-    subprocess.run([sys.executable, __file__, "--big-child", str(path)], check=True)
+    print(f"streaming {path.stat().st_size / 1e9:.2f} GB in a child process per verb:")
+    for verb in ("read_up_to", BATCH):
+        subprocess.run(
+            [sys.executable, __file__, "--big-child", str(path), "--verb", verb], check=True
+        )
+
+
+# Allocation discipline: Python allocations a call leaves alive while its result is held.
+# ``sys.getallocatedblocks`` counts the interpreter's allocated memory blocks (every Python
+# object, whatever its size); a ``read_up_to`` result holds two ``bytes`` per record (key and
+# value), a ``RecordBatch`` a fixed handful of objects over shared buffers.
+
+#: Batch sizes of the allocation table.
+ALLOC_SIZES = (64, 1024, 16384)
+
+
+#: Records each measurement spans: several framing rounds, so that records a reader framed
+#: ahead of a call (or a call framed for later ones) average out.
+ALLOC_SPAN = 32768
+
+
+async def _held_blocks(make: Callable[[], ar.ReaderBase], path: Path, n: int, verb: str) -> float:
+    """Return the blocks held per call by the results of the calls that read ``ALLOC_SPAN``
+    records ``n`` at a time, all of them held, after one warm-up call."""
+    q = ar.FIFOQueue(None)
+    await q.enqueue(str(path))
+    await q.close()
+    calls = max(1, ALLOC_SPAN // n)
+    async with make() as reader:
+        call = reader.read_batch if verb == BATCH else reader.read_up_to
+        await call(q, n)  # warm up: the file is open, the first chunk read
+        held: list[Any] = []
+        gc.collect()
+        before = sys.getallocatedblocks()
+        for _ in range(calls):
+            held.append(await call(q, n))
+        after = sys.getallocatedblocks()
+    # The list holding the results is one block of its own, and not the calls' doing.
+    return (after - before - 1) / calls
+
+
+def run_alloc(tmp: Path) -> None:
+    """Print the allocation table: blocks held per call against the batch size."""
+    most = ALLOC_SPAN + 2 * max(ALLOC_SIZES)  # the span and the warm-up call, with room
+    tfr = tmp / "alloc.tfrecord"
+    tfrecord_file(tfr, 100, most)
+    text = tmp / "alloc.txt"
+    text_file(text, most)
+    fixed = tmp / "alloc.bin"
+    fixed.write_bytes(os.urandom(3073 * 1000) * (most // 1000 + 1))
+    cases: list[tuple[str, Path, Callable[[], ar.ReaderBase]]] = [
+        ("tfrecord 100B", tfr, ar.TFRecordReader),
+        ("text lines", text, ar.TextLineReader),
+        ("fixed 3073B", fixed, functools.partial(ar.FixedLengthRecordReader, 3073)),
+    ]
+    head = ("case", "verb", *(f"n={n}" for n in ALLOC_SIZES))
+    rows: list[tuple[str, ...]] = []
+    for name, path, make in cases:
+        for verb in ("read_up_to", BATCH):
+            held = [f"{anyio.run(_held_blocks, make, path, n, verb):.1f}" for n in ALLOC_SIZES]
+            rows.append((name, verb, *held))
+    widths = [max(len(r[i]) for r in [*rows, head]) for i in range(len(head))]
+    print(
+        f"blocks held per call, results held (sys.getallocatedblocks delta over {ALLOC_SPAN}"
+        " records, divided by the calls):"
+    )
+    print("| " + " | ".join(h.ljust(w) for h, w in zip(head, widths, strict=True)) + " |")
+    print("|" + "|".join("-" * (w + 2) for w in widths) + "|")
+    for row in rows:
+        cells = [
+            c.ljust(w) if i < 2 else c.rjust(w)
+            for i, (c, w) in enumerate(zip(row, widths, strict=True))
+        ]
+        print("| " + " | ".join(cells) + " |")
 
 
 def _tmpdir(given: str | None) -> Iterator[Path]:
@@ -421,15 +528,21 @@ def main() -> None:
     parser.add_argument("--scale", type=float, default=1.0, help="data size factor")
     parser.add_argument("--dir", help="where to write the data (default: a temporary dir)")
     parser.add_argument("--big", action="store_true", help="stream a 2 GB file, report RSS")
+    parser.add_argument(
+        "--alloc", action="store_true", help="count Python allocations per call instead"
+    )
     parser.add_argument("--big-child", help=argparse.SUPPRESS)
+    parser.add_argument("--verb", default="read_up_to", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.big_child:
-        _big_child(args.big_child)
+        _big_child(args.big_child, args.verb)
         return
     print(f"Python {sys.version.split()[0]}, asyncreader readers, asyncio")
     for tmp in _tmpdir(args.dir):
         if args.big:
             run_big(tmp)
+        elif args.alloc:
+            run_alloc(tmp)
         else:
             run_all(tmp, args.scale)
 
