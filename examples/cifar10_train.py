@@ -4,16 +4,16 @@ This is TensorFlow's ``models/tutorials/image/cifar10/cifar10_input.py`` pipelin
 with asyncreader, function for function:
 
 * ``read_cifar10``      -- a FixedLengthRecordReader takes files from the file name queue
-                           and returns records, here a *chunk* of them per ``read_up_to``;
+                           and returns records, here a *chunk* of them per ``read_batch``;
 * ``distorted_inputs``  -- random crop, flip, brightness, contrast and standardisation,
                            batched in random order by ``shuffle_batch``;
 * ``inputs``            -- central crop and standardisation, batched in order.
 
 The graph-building functions become plain functions that start tasks in the current
 Session, and ``sess.run([images, labels])`` becomes ``await batcher.dequeue()``. Examples
-move through the pipeline in chunks: one ``read_up_to`` of hundreds of records, one
-``decode_raw`` over all of them, vectorised augmentation on a worker thread, and
-``shuffle_batch(..., enqueue_many=True)``.
+move through the pipeline in chunks: one ``read_batch`` of hundreds of records, one
+``decode_raw`` over all of them (a view of the block the reader read), vectorised
+augmentation on a worker thread, and ``shuffle_batch(..., enqueue_many=True)``.
 
 Run it::
 
@@ -48,7 +48,7 @@ NUM_CLASSES = 10
 NUM_EXAMPLES_PER_EPOCH_FOR_TRAIN = 50_000
 NUM_EXAMPLES_PER_EPOCH_FOR_EVAL = 10_000
 
-# Records per read_up_to: the unit of work of one reader task.
+# Records per read_batch: the unit of work of one reader task.
 RECORDS_PER_READ = 500
 
 
@@ -71,16 +71,17 @@ async def read_cifar10(reader: Any, filename_queue: Any) -> CIFAR10Records:
     """Read and parse a chunk of examples from CIFAR-10 data files.
 
     Each record is 1 label byte followed by 3,072 image bytes (depth-major), so a
-    FixedLengthRecordReader of 3,073 bytes splits the files, and ``decode_raw`` turns all
-    values of the chunk into one ``(n, 3073)`` uint8 array.
+    FixedLengthRecordReader of 3,073 bytes splits the files, and ``decode_raw`` turns the
+    chunk's records into one ``(n, 3073)`` uint8 array: a view of the block the reader
+    read, with no ``bytes`` object per record.
 
     Raises:
         OutOfRangeError: the file name queue is closed and empty.
     """
-    keys, values = await reader.read_up_to(filename_queue, RECORDS_PER_READ)
-    record_bytes = ar.decode_raw(values, np.uint8)
+    batch = await reader.read_batch(filename_queue, RECORDS_PER_READ)
+    record_bytes = ar.decode_raw(batch, np.uint8)
     uint8images, labels = cifar10_images.parse_records(record_bytes)
-    return CIFAR10Records(keys, labels, uint8images)
+    return CIFAR10Records(batch.keys(), labels, uint8images)
 
 
 def distorted_inputs(data_dir: str, batch_size: int, num_readers: int = 2) -> Any:
