@@ -17,10 +17,13 @@ each once to warm the page cache, then times, best of three wall-clock runs:
 * the matching ``tf.data`` reader (``TFRecordDataset``, ``TextLineDataset``,
   ``FixedLengthRecordDataset``) with ``.batch(1024)`` over the same file, when TensorFlow
   imports (run the script with a Python that has it installed); its ratio is its time over
-  the reader's, so above 1.00x the reader is faster.
+  the reader's, so above 1.00x the reader is faster. Text lines also get TensorFlow 1.x's
+  ``TextLineReader.read_up_to(queue, 1024)`` in graph mode (a child process), against
+  ``read_batch``.
 
 Bars: TFRecord 100 KiB records >= 60% of raw (``read_batch``); TFRecord 100-byte records
-(2M) batched >= 1.0x tf.data (GZIP too; ``read_batch``: 2x); text lines >= 5M lines/s;
+(2M) batched >= 1.0x tf.data (GZIP too; ``read_batch``: 2x); text lines >= 5M lines/s
+(``read_batch``: >= 3x tf.data and >= 10x TF1's ``TextLineReader``);
 FixedLength 3,073-byte records >= 50% of raw (``read_batch``); ``read()`` < 5 us per
 record in steady state. ``--big`` instead streams a 2 GB TFRecord file in a child process
 with ``read_up_to(1024)`` and again with ``read_batch(1024)``, each in a child process, and
@@ -230,6 +233,43 @@ def tf_data_run(
     return run
 
 
+#: TensorFlow 1.x's queue-based text reader, in a child process (graph mode is global).
+_TF1_TEXT = """
+import os, sys, time
+os.environ["TF_CPP_MIN_LOG_LEVEL"] = "3"
+import tensorflow as tf
+v1 = tf.compat.v1
+v1.disable_eager_execution()
+queue = v1.FIFOQueue(1, tf.string)
+enqueue, close = queue.enqueue([sys.argv[1]]), queue.close()
+_, values = v1.TextLineReader().read_up_to(queue, 1024)
+with v1.Session() as sess:
+    sess.run(enqueue)
+    sess.run(close)
+    lines, start = 0, time.perf_counter()
+    try:
+        while True:
+            lines += len(sess.run(values))
+    except tf.errors.OutOfRangeError:
+        pass
+    print(lines, time.perf_counter() - start)
+"""
+
+
+def tf1_text_run(path: Path) -> tuple[int, float] | None:
+    """Lines and seconds of TensorFlow 1.x's ``TextLineReader.read_up_to(queue, 1024)`` over
+    ``path`` (graph mode, ``session.run`` per call), or ``None`` without TensorFlow."""
+    try:
+        import tensorflow  # noqa: F401
+    except ImportError:
+        return None
+    done = subprocess.run(
+        [sys.executable, "-c", _TF1_TEXT, str(path)], capture_output=True, text=True, check=True
+    )
+    lines, seconds = done.stdout.split()
+    return int(lines), float(seconds)
+
+
 class Table:
     def __init__(self) -> None:
         self.rows: list[tuple[str, str, str, str, str, str]] = []
@@ -369,6 +409,14 @@ def run_all(tmp: Path, scale: float) -> None:
     tf_s = tf_data("text lines", tf_data_run(text, kind="text"), s, size, lines)
     verdicts.append(f"text lines: {n / s / 1e6:.2f} M lines/s (bar 5){_versus(tf_s, s)}")
     verdicts.append(f"text lines read_batch: {n / b / 1e6:.2f} M lines/s{_versus(tf_s, b)}")
+    tf1 = tf1_text_run(text)
+    if tf1 is not None:
+        tf1_lines, tf1_s = tf1
+        _check_count("text lines TF1", tf1_lines, lines)
+        table.add(
+            "text lines", "TF1 read_up_to(1024)", tf1_s, tf1_lines, size, f"{tf1_s / b:.2f}x ours"
+        )
+        verdicts.append(f"text lines read_batch vs TF1 TextLineReader: {tf1_s / b:.2f}x (bar 10)")
 
     # Fixed-length records, CIFAR-10 sized.
     fixed = tmp / "fixed.bin"
