@@ -32,8 +32,8 @@ import numpy as np
 from .._errors import AsyncReaderError, DataLossError, InvalidArgumentError
 from .._io.filesystem import READ_BLOCK, open_work_item
 from .._records.batch import KeyRun, RecordBatch, assemble
+from .._records.keys import bulk_keys, key_format, range_keys
 from .buffered import BufferedReader
-from .keys import bulk_keys, key_format, range_keys
 
 if TYPE_CHECKING:
     from .._error_policy import OnError

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, Final, NamedTuple, SupportsIndex, overloa
 import numpy as np
 
 from .._errors import InvalidArgumentError
+from .keys import bulk_keys, range_keys
 
 if TYPE_CHECKING:
     import pyarrow
@@ -68,9 +69,20 @@ class KeyRun(NamedTuple):
             assert self.keys is not None
             return list(self.keys)
         assert self.work is not None
-        fmt = self.work.replace(b"%", b"%%") + b":%d"
-        ids = self.ids.tolist() if isinstance(self.ids, np.ndarray) else self.ids
-        return [fmt % k for k in ids]
+        prefix = self.work + b":"
+        ids = self.ids
+        if isinstance(ids, range) and ids.step == 1 and ids.start >= 0:
+            return range_keys(prefix, ids.start, ids.stop)
+        if (
+            isinstance(ids, np.ndarray)
+            and len(ids)
+            and ids[0] >= 0
+            and bool(np.all(np.diff(ids) == 1))
+        ):
+            # Consecutive (line numbers, record indices): a thousand keys share a stem.
+            return range_keys(prefix, int(ids[0]), int(ids[-1]) + 1)
+        values = ids.tolist() if isinstance(ids, np.ndarray) else list(ids)
+        return bulk_keys(prefix, values)
 
     def key(self, i: int) -> bytes:
         """Return the key of the run's record ``i``."""

@@ -14,7 +14,7 @@ from queue_util import work_queue
 from readers_util import drain, read_verb  # noqa: F401 (runs each test with both verbs)
 
 import asyncreader as ar
-from asyncreader._readers.keys import bulk_keys, range_keys
+from asyncreader._records.keys import bulk_keys, range_keys
 
 pytestmark = pytest.mark.anyio
 

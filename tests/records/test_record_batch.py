@@ -306,3 +306,21 @@ def test_concat_keeps_every_segment_and_key_run() -> None:
     assert [both.work_item(i) for i in (0, 2)] == [b"x", b"y"]
     assert concat([a]) is a
     assert len(concat([])) == 0
+
+
+@pytest.mark.parametrize(
+    "ids",
+    [
+        range(995, 2010),
+        np.arange(995, 2010, dtype=np.int64),
+        np.arange(2010, 995, -1, dtype=np.int64),
+        np.array([7, 3000, 3001, 12], np.int64),
+    ],
+)
+def test_keys_of_any_ids_are_work_colon_id(ids: range | np.ndarray) -> None:
+    n = len(ids)
+    segment = framed([b"r"] * n)
+    b = assemble([segment], [KeyRun(b"w%d", n, ids)])
+    expected = [b"w%d:" + str(int(i)).encode() for i in ids]
+    assert b.keys() == expected
+    assert [b.key(i) for i in (0, n - 1)] == [expected[0], expected[-1]]
