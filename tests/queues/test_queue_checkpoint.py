@@ -163,3 +163,11 @@ async def test_seeded_shuffle_resumes_single_draws_exactly() -> None:
     async with ar.Session(restore=state):
         queue = build()
         assert head + await _drain(queue) == reference
+
+
+@pytest.mark.both_backends
+async def test_a_queue_without_record_refs_saves_elements_held_outside_as_payloads() -> None:
+    queue = ar.FIFOQueue(4, ["string"], [()])
+    assert queue._save_outside({"rows": [[b"x"]]}) is None
+    with anyio.fail_after(5), pytest.raises(ar.InvalidArgumentError, match="saves payloads"):
+        await queue._restore_outside({"works": []})
