@@ -214,10 +214,24 @@ def batch_len(component: Any) -> int:
     return int(shape[0]) if shape else 1
 
 
+def _component_array(component: Any) -> np.ndarray[Any, Any]:
+    """Return an ``enqueue_many`` component as an array whose rows can be selected.
+
+    Strings become an ``object`` array of the very values: numpy's own choice for a list
+    of ``bytes`` (a fixed-width ``S`` array) would drop each value's trailing NUL bytes.
+    """
+    if isinstance(component, np.ndarray):
+        return component
+    array = np.asarray(component)
+    if array.dtype.kind in "SU":
+        array = np.array(component, dtype=object)
+    return array
+
+
 def _select_rows(comps: tuple[Any, ...], mask: np.ndarray[Any, Any]) -> tuple[Any, ...]:
     out = []
     for i, comp in enumerate(comps):
-        array = comp if isinstance(comp, np.ndarray) else np.asarray(comp)
+        array = _component_array(comp)
         if array.ndim == 0 or len(array) != len(mask):
             raise InvalidArgumentError(
                 f"`keep_input` has {len(mask)} entries but component {i} has shape "
