@@ -13,6 +13,12 @@ last row is dequeued.
 
 Validation messages follow TensorFlow's wording (SPEC §2.1, §2.2), so code that matched on
 TensorFlow's messages keeps working.
+
+A :class:`~asyncreader.RecordBatch` (what ``read_batch`` returns) is converted in bulk, once:
+as a string component it is its records; as the whole ``enqueue_many`` argument it is the
+two components ``(keys, values)``, exactly what ``read_up_to`` returns (in an untyped queue,
+one ``(key, value)`` tuple per record). It is not one element: ``enqueue`` refuses it in a
+typed queue (an untyped queue stores any object, a batch too).
 """
 
 from __future__ import annotations
@@ -26,10 +32,13 @@ import numpy as np
 
 from .._decoders.dtypes import builtin_dtype, dtype_by_name, tf_name
 from .._errors import InvalidArgumentError
+from .._records.batch import RecordBatch
 
 __all__ = [
     "as_int",
     "make_codec",
+    "record_components",
+    "record_strings",
     "Row",
     "Shape",
     "TypedCodec",
@@ -149,6 +158,33 @@ def _as_names(names: Any, count: int) -> tuple[str, ...] | None:
     return result
 
 
+def record_strings(batch: RecordBatch) -> np.ndarray[Any, Any]:
+    """Return the records of ``batch`` as a 1-D ``object`` array of ``bytes`` (the form a
+    queue stores strings in), built in one pass."""
+    return _object_array(batch.tolist())
+
+
+def record_components(batch: RecordBatch) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
+    """Return ``batch`` as the two components ``(keys, values)`` ``read_up_to`` returns:
+    1-D ``object`` arrays of ``bytes``."""
+    return _object_array(batch.keys()), record_strings(batch)
+
+
+def _object_array(items: list[Any]) -> np.ndarray[Any, Any]:
+    # Assigned rather than np.array(items): bytes must stay whole objects, never a
+    # fixed-width "S" array (which drops trailing NUL bytes).
+    out = np.empty(len(items), dtype=object)
+    out[:] = items
+    return out
+
+
+def _not_one_element() -> InvalidArgumentError:
+    return InvalidArgumentError(
+        "a RecordBatch is a batch of records, (keys, values), not one element: "
+        "enqueue it with enqueue_many"
+    )
+
+
 class UntypedCodec:
     """Elements are arbitrary Python objects, stored and returned unchanged."""
 
@@ -165,6 +201,9 @@ class UntypedCodec:
     def encode_many(self, vals: Any) -> list[Any]:
         if isinstance(vals, list):
             return vals[:]
+        if isinstance(vals, RecordBatch):
+            # (keys, values) has no components here: one (key, value) element per record.
+            return list(zip(vals.keys(), vals.tolist(), strict=True))
         if isinstance(vals, (str, bytes)) or not isinstance(vals, Iterable):
             raise InvalidArgumentError(
                 f"enqueue_many needs a sequence of elements, got {type(vals).__name__}"
@@ -277,6 +316,28 @@ class TypedCodec:
             )
         return (vals,)
 
+    def _record_batch(self, batch: RecordBatch) -> Sequence[Any]:
+        """Return ``batch`` as the components ``(keys, values)``, if the element has two."""
+        count = len(self.dtypes)
+        names = self.names
+        if count == 2 and names is None:
+            return record_components(batch)
+        if names is not None:
+            shown = (
+                f"{{{names[0]!r}: batch.keys(), {names[1]!r}: batch}}"
+                if count == 2
+                else "a dict of them"
+            )
+            hint = f"a queue with names takes {shown}"
+        elif count == 1:
+            hint = "enqueue (batch,) for its records alone"
+        else:
+            hint = "give a tuple of every component, with the batch as its records"
+        raise InvalidArgumentError(
+            "a RecordBatch stands for the two components (keys, values), but the queue's "
+            f"elements have {count}: {hint}"
+        )
+
     # -- conversion ------------------------------------------------------------------------
 
     #: Whether ``enqueue_many`` takes its own copy of the values (the queue keeps them);
@@ -287,6 +348,10 @@ class TypedCodec:
         """Return an array of component ``i``'s dtype holding ``val``: a fresh one, or with
         ``copy=False`` ``val`` itself when it already is such an array."""
         dtype = self.dtypes[i]
+        if isinstance(val, RecordBatch):
+            if dtype.kind != "O":
+                self._mismatch(i, np.dtype(object))
+            return record_strings(val)  # all bytes: no element to check
         if dtype.kind == "O":
             if isinstance(val, np.ndarray) and val.dtype.kind not in "OSU":
                 self._mismatch(i, val.dtype)
@@ -353,8 +418,11 @@ class TypedCodec:
         """Convert and check one element into a one-row batch; nothing is stored if this raises.
 
         Raises:
-            InvalidArgumentError: wrong structure, dtype or shape.
+            InvalidArgumentError: wrong structure, dtype or shape, or ``vals`` is a
+                :class:`~asyncreader.RecordBatch` (a batch, not one element).
         """
+        if isinstance(vals, RecordBatch):
+            raise _not_one_element()
         comps = self._components(vals)
         out: list[np.ndarray[Any, Any]] = []
         for i, val in enumerate(comps):
@@ -367,9 +435,14 @@ class TypedCodec:
         """Convert and check a batch (components stacked on axis 0) into elements.
 
         Raises:
-            InvalidArgumentError: wrong structure, dtype, rank, shape or unequal batch sizes.
+            InvalidArgumentError: wrong structure, dtype, rank, shape or unequal batch sizes,
+                or a :class:`~asyncreader.RecordBatch` given for an element that is not
+                two components (keys, values).
         """
-        comps = self._components(vals)
+        if isinstance(vals, RecordBatch):
+            comps = self._record_batch(vals)
+        else:
+            comps = self._components(vals)
         copy = self.copy_many
         arrays = [self._convert(val, i, copy) for i, val in enumerate(comps)]
         batch = -1
