@@ -208,7 +208,10 @@ class Batcher(Generic[BatchT]):
                     )
         self._keep_input = check_keep_input(spec.keep_input, spec.enqueue_many)
         self._coord = resolve_coordinator(spec.coord, what)
-        self._sources = [Source(src, i, what) for i, src in enumerate(spec.sources)]
+        self._sources = [
+            Source(src, i, what, enqueue_many=bool(spec.enqueue_many))
+            for i, src in enumerate(spec.sources)
+        ]
         self._num_threads = spec.threads_per_source * len(self._sources)
         self._batch_size = int(spec.batch_size)
         self._capacity = None if capacity is None else int(capacity)
