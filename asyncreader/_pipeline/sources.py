@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import AsyncIterable, AsyncIterator, Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 import anyio
 import numpy as np
@@ -47,6 +47,9 @@ __all__ = [
 
 #: What a ``tensors`` argument may be.
 ExampleSource = Callable[[], Any] | AsyncIterable[Any]
+
+#: Example types that are not a RecordBatch.
+_EXAMPLES: Final = frozenset({tuple, dict, list, np.ndarray, bytes, str, int, float})
 
 #: The value of :attr:`Source.pending` when no example waits there.
 NOTHING: Any = object()
@@ -136,7 +139,9 @@ class Source:
                 except StopAsyncIteration:
                     self._exhausted = True
                     raise OutOfRangeError(f"example source {self.index} is exhausted") from None
-        if isinstance(result, RecordBatch):
+        # (the common example types skip the RecordBatch check: it is an abstract
+        # Sequence check, comparatively slow)
+        if type(result) not in _EXAMPLES and isinstance(result, RecordBatch):
             return self._records(result)
         return result
 

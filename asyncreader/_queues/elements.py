@@ -26,7 +26,7 @@ from __future__ import annotations
 import operator
 from collections.abc import Iterable, Mapping, Sequence
 from itertools import repeat
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Final
 
 import numpy as np
 
@@ -178,6 +178,11 @@ def _object_array(items: list[Any]) -> np.ndarray[Any, Any]:
     return out
 
 
+#: Element types that are neither a Mapping nor a RecordBatch: they (and numpy scalars)
+#: skip those checks, which are abstract-class checks and comparatively slow.
+_PLAIN: Final = frozenset({bytes, str, int, float, bool, list, np.ndarray})
+
+
 def _not_one_element() -> InvalidArgumentError:
     return InvalidArgumentError(
         "a RecordBatch is a batch of records, (keys, values), not one element: "
@@ -289,16 +294,15 @@ class TypedCodec:
     def _components(self, vals: Any) -> Sequence[Any]:
         """Split one enqueue argument (tuple / list / dict / bare value) into components."""
         names = self.names
-        # (tuple first: the abstract Mapping check is comparatively slow)
-        if not isinstance(vals, tuple) and isinstance(vals, Mapping):
-            if names is None:
-                raise InvalidArgumentError("Queue must have names to enqueue a dictionary")
-            if sorted(vals) != sorted(names):
-                raise InvalidArgumentError(
-                    "Keys in dictionary to enqueue do not match names of Queue.  "
-                    f"Dictionary: {sorted(vals)}, Queue: {sorted(names)}"
-                )
-            return [vals[n] for n in names]
+        if type(vals) is dict:
+            return self._mapping(vals)
+        # (plain types first: the abstract Mapping and RecordBatch checks are comparatively slow)
+        if not isinstance(vals, (tuple, np.generic)) and type(vals) not in _PLAIN:
+            if isinstance(vals, RecordBatch):
+                # encode_many takes a batch before it gets here: this is enqueue().
+                raise _not_one_element()
+            if isinstance(vals, Mapping):
+                return self._mapping(vals)
         if names is not None:
             raise InvalidArgumentError("You must enqueue a dictionary in a Queue with names")
         count = len(self.dtypes)
@@ -315,6 +319,17 @@ class TypedCodec:
                 f"Wrong number of components in tuple. Expected {count}, got 1"
             )
         return (vals,)
+
+    def _mapping(self, vals: Mapping[Any, Any]) -> list[Any]:
+        names = self.names
+        if names is None:
+            raise InvalidArgumentError("Queue must have names to enqueue a dictionary")
+        if sorted(vals) != sorted(names):
+            raise InvalidArgumentError(
+                "Keys in dictionary to enqueue do not match names of Queue.  "
+                f"Dictionary: {sorted(vals)}, Queue: {sorted(names)}"
+            )
+        return [vals[n] for n in names]
 
     def _record_batch(self, batch: RecordBatch) -> Sequence[Any]:
         """Return ``batch`` as the components ``(keys, values)``, if the element has two."""
@@ -348,11 +363,12 @@ class TypedCodec:
         """Return an array of component ``i``'s dtype holding ``val``: a fresh one, or with
         ``copy=False`` ``val`` itself when it already is such an array."""
         dtype = self.dtypes[i]
-        if isinstance(val, RecordBatch):
-            if dtype.kind != "O":
-                self._mismatch(i, np.dtype(object))
-            return record_strings(val)  # all bytes: no element to check
+        kind = type(val)
         if dtype.kind == "O":
+            # (a scalar string skips the RecordBatch check: that one is an abstract
+            # Sequence check, comparatively slow)
+            if kind is not bytes and kind is not str and isinstance(val, RecordBatch):
+                return record_strings(val)  # all bytes: no element to check
             if isinstance(val, np.ndarray) and val.dtype.kind not in "OSU":
                 self._mismatch(i, val.dtype)
             arr = np.array(val, dtype=object)
@@ -360,7 +376,6 @@ class TypedCodec:
                 if not isinstance(x, (bytes, str)):
                     self._mismatch(i, np.asarray(x).dtype)
             return arr
-        kind = type(val)
         if (kind is int and dtype.kind in "iuf") or (kind is float and dtype.kind in "fc"):
             # A plain Python number of a compatible kind: convert directly.
             try:
@@ -372,6 +387,8 @@ class TypedCodec:
                 ) from exc
         src = val if isinstance(val, (np.ndarray, np.generic)) else None
         if src is None:
+            if isinstance(val, RecordBatch):
+                self._mismatch(i, np.dtype(object))
             try:
                 src = np.asarray(val)
             except (ValueError, TypeError) as exc:
@@ -421,8 +438,6 @@ class TypedCodec:
             InvalidArgumentError: wrong structure, dtype or shape, or ``vals`` is a
                 :class:`~asyncreader.RecordBatch` (a batch, not one element).
         """
-        if isinstance(vals, RecordBatch):
-            raise _not_one_element()
         comps = self._components(vals)
         out: list[np.ndarray[Any, Any]] = []
         for i, val in enumerate(comps):
