@@ -152,3 +152,44 @@ async def test_record_batches_and_read_up_to_results_mix(paths: list[str]) -> No
             got = [batch async for batch in batcher]
     assert all(isinstance(batch, tuple) and len(batch) == 2 for batch in got)
     assert [v for _, values in got for v in values.tolist()] == RECORDS
+
+
+@pytest.mark.both_backends
+async def test_a_record_batch_component_in_hand_is_checkpointed(paths: list[str]) -> None:
+    """Without record_refs an example fetched ahead is saved as payloads: its RecordBatch
+    component as the records it stands for."""
+
+    async def run(restore: bytes | None = None, take: int | None = None) -> Any:
+        got: list[Any] = []
+        with anyio.fail_after(10):
+            async with ar.Session(restore=restore, deterministic=True) as sess:
+                files = ar.string_input_producer(paths, num_epochs=1, shuffle=False)
+                reader = ar.FixedLengthRecordReader(RECORD)
+                fetching = anyio.Event()
+
+                async def examples() -> dict[str, Any]:
+                    batch = await reader.read_batch(files, 5)
+                    if not fetching.is_set():
+                        fetching.set()
+                        await anyio.sleep(0.02)  # the checkpoint starts meanwhile
+                    return {"record": batch, "length": batch.lengths}
+
+                batcher = ar.batch(examples, 4, enqueue_many=True, allow_smaller_final_batch=True)
+                if take == 0:
+                    # A checkpoint while the batcher fetches its first example waits for
+                    # it, and saves it as the example in hand.
+                    await fetching.wait()
+                    return got, await sess.checkpoint()
+                async for batch in batcher:
+                    got.append(batch["record"].tolist())
+                    if len(got) == take:
+                        return got, await sess.checkpoint()
+        return got, None
+
+    everything, _ = await run()
+    assert [v for values in everything for v in values] == RECORDS
+    for take in (0, 3):
+        first, state = await run(take=take)
+        assert state is not None
+        rest, _ = await run(restore=state)
+        assert first + rest == everything, f"take={take}"
