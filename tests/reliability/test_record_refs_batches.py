@@ -219,3 +219,42 @@ async def test_record_refs_must_name_components_of_the_keys_and_values(tmp_path:
         ),
     ):
         await pipeline()
+
+
+#: Signs checkpoints whose work items come from a queue of our own, not a producer.
+KEY = b"record-refs batches test key"
+
+
+@pytest.mark.both_backends
+@pytest.mark.parametrize("typed", [True, False], ids=["typed", "untyped"])
+async def test_queues_given_record_batches_save_references(tmp_path: Path, typed: bool) -> None:
+    paths = _write(tmp_path, "tfrecord")
+
+    def build(reader: ar.ReaderBase) -> ar.FIFOQueue:
+        if typed:
+            return ar.FIFOQueue(None, [object, object], shapes=[[], []], record_refs=reader)
+        return ar.FIFOQueue(None, record_refs=reader)
+
+    with anyio.fail_after(10):
+        async with ar.Session(checkpoint_key=KEY) as sess:
+            reader = ar.TFRecordReader()
+            queue = build(reader)
+            files = ar.FIFOQueue(None)
+            await files.enqueue_many(paths)
+            await files.close()
+            for _ in paths:
+                await queue.enqueue_many(await reader.read_batch(files, 1000))
+            expected = await queue.dequeue_many(10)
+            state = await sess.checkpoint()
+            expected_rest = await queue.dequeue_many(3 * RECORDS_PER_FILE - 10)
+        assert not any(_payload(f, i) in state for f in range(3) for i in range(RECORDS_PER_FILE))
+        async with ar.Session(restore=state, checkpoint_key=KEY):
+            reader = ar.TFRecordReader()
+            queue = build(reader)
+            ar.FIFOQueue(None)
+            rest = await queue.dequeue_many(3 * RECORDS_PER_FILE - 10)
+    if typed:
+        assert [c.tolist() for c in rest] == [c.tolist() for c in expected_rest]
+    else:
+        assert rest == expected_rest
+        assert all(type(e) is tuple and len(e) == 2 for e in expected + rest)
