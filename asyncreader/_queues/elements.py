@@ -331,12 +331,16 @@ class TypedCodec:
             )
         return [vals[n] for n in names]
 
-    def _record_batch(self, batch: RecordBatch) -> Sequence[Any]:
-        """Return ``batch`` as the components ``(keys, values)``, if the element has two."""
+    def _record_batch(self, batch: RecordBatch) -> list[np.ndarray[Any, Any]]:
+        """Return ``batch`` as the converted components ``(keys, values)``, if the element
+        has two string components."""
         count = len(self.dtypes)
         names = self.names
         if count == 2 and names is None:
-            return record_components(batch)
+            for i, dtype in enumerate(self.dtypes):
+                if dtype.kind != "O":
+                    self._mismatch(i, np.dtype(object))
+            return list(record_components(batch))  # all bytes: no element to check
         if names is not None:
             shown = (
                 f"{{{names[0]!r}: batch.keys(), {names[1]!r}: batch}}"
@@ -455,11 +459,11 @@ class TypedCodec:
                 two components (keys, values).
         """
         if isinstance(vals, RecordBatch):
-            comps = self._record_batch(vals)
+            arrays = self._record_batch(vals)
         else:
+            copy = self.copy_many
             comps = self._components(vals)
-        copy = self.copy_many
-        arrays = [self._convert(val, i, copy) for i, val in enumerate(comps)]
+            arrays = [self._convert(val, i, copy) for i, val in enumerate(comps)]
         batch = -1
         for i, arr in enumerate(arrays):
             if arr.ndim == 0:

@@ -112,6 +112,11 @@ async def test_a_record_batch_is_not_a_number(records_file: Path) -> None:
         match=r"^Type mismatch in tuple component 0\. Expected int64, got string$",
     ):
         await queue.enqueue_many((batch, batch.keys()))
+    with pytest.raises(
+        ar.InvalidArgumentError,
+        match=r"^Type mismatch in tuple component 0\. Expected int64, got string$",
+    ):
+        await queue.enqueue_many(batch)  # (keys, values): the keys are strings
     assert queue.size() == 0
 
 
