@@ -178,6 +178,8 @@ def _object_array(items: list[Any]) -> np.ndarray[Any, Any]:
     return out
 
 
+_STRING_TYPES: Final = frozenset({bytes, str})
+
 #: Element types that are neither a Mapping nor a RecordBatch: they (and numpy scalars)
 #: skip those checks, which are abstract-class checks and comparatively slow.
 _PLAIN: Final = frozenset({bytes, str, int, float, bool, list, np.ndarray})
@@ -376,9 +378,18 @@ class TypedCodec:
             if isinstance(val, np.ndarray) and val.dtype.kind not in "OSU":
                 self._mismatch(i, val.dtype)
             arr = np.array(val, dtype=object)
-            for x in arr.flat if arr.ndim else (arr[()],):
-                if not isinstance(x, (bytes, str)):
-                    self._mismatch(i, np.asarray(x).dtype)
+            if not arr.ndim:
+                scalar: object = arr[()]
+                if not isinstance(scalar, (bytes, str)):
+                    self._not_a_string(i, scalar)
+                return arr
+            items = arr.ravel().tolist()
+            # The element types, collected without a Python loop; only a batch holding
+            # something else (or a bytes / str subclass) is looked at element by element.
+            if not _STRING_TYPES.issuperset(map(type, items)):
+                for x in items:
+                    if not isinstance(x, (bytes, str)):
+                        self._not_a_string(i, x)
             return arr
         if (kind is int and dtype.kind in "iuf") or (kind is float and dtype.kind in "fc"):
             # A plain Python number of a compatible kind: convert directly.
@@ -414,6 +425,14 @@ class TypedCodec:
                 f"Type mismatch in tuple component {i}. Expected {tf_dtype_name(dtype)}, "
                 f"got {tf_dtype_name(src.dtype)}"
             ) from exc
+
+    def _not_a_string(self, i: int, value: object) -> None:
+        got = np.asarray(value).dtype
+        if got.kind == "O":  # not "string": name what it is (None, an object)
+            raise InvalidArgumentError(
+                f"Type mismatch in tuple component {i}. Expected string, got {type(value).__name__}"
+            )
+        self._mismatch(i, got)
 
     def _mismatch(self, i: int, got: np.dtype[Any]) -> None:
         raise InvalidArgumentError(
