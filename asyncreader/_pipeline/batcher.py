@@ -29,10 +29,12 @@ import anyio
 import numpy as np
 
 from .._errors import InvalidArgumentError, OutOfRangeError
+from .._queues.elements import record_strings
 from .._queues.fifo import FIFOQueue
 from .._queues.padding import PaddingFIFOQueue
 from .._queues.random_shuffle import RandomShuffleQueue, deterministic_shuffle_queue
 from .._queues.record_refs import RecordRefs, as_record_refs
+from .._records.batch import RecordBatch
 from .._runtime.checkpoint import owned_resources
 from .._runtime.context import current_checkpointer, current_session
 from .._runtime.queue_runner import QueueRunner
@@ -208,7 +210,10 @@ class Batcher(Generic[BatchT]):
                     )
         self._keep_input = check_keep_input(spec.keep_input, spec.enqueue_many)
         self._coord = resolve_coordinator(spec.coord, what)
-        self._sources = [Source(src, i, what) for i, src in enumerate(spec.sources)]
+        self._sources = [
+            Source(src, i, what, enqueue_many=bool(spec.enqueue_many))
+            for i, src in enumerate(spec.sources)
+        ]
         self._num_threads = spec.threads_per_source * len(self._sources)
         self._batch_size = int(spec.batch_size)
         self._capacity = None if capacity is None else int(capacity)
@@ -342,7 +347,12 @@ class Batcher(Generic[BatchT]):
         pending: list[Any] = []
         for source in self._sources:
             if source.pending is not NOTHING:
-                comps = list(structure.flatten(source.pending))
+                # A RecordBatch component is saved as what the queue makes of it: its
+                # records, as strings.
+                comps = [
+                    record_strings(c) if isinstance(c, RecordBatch) else c
+                    for c in structure.flatten(source.pending)
+                ]
                 # An example in hand holds records too: saved as the queue saves its own.
                 saved = queue._save_outside(self._rows(comps))
                 if saved is not None:

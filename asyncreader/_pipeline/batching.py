@@ -17,7 +17,9 @@ is a number, ``str`` / ``bytes``, or an array. Batches come back in the same lay
 each component stacked into a numpy array with a leading batch dimension (see
 :mod:`.structure`). With ``enqueue_many=True`` the source returns a *batch* of examples
 (every component has the same leading dimension) which is sliced into the queue in one
-``enqueue_many``: the fast path.
+``enqueue_many``: the fast path. A :class:`~asyncreader.RecordBatch` result (``read_batch``)
+is then the example ``(keys, values)``, as ``read_up_to`` returns it, and a RecordBatch
+component is its records (see :mod:`.sources`).
 """
 
 from __future__ import annotations
@@ -84,7 +86,10 @@ def batch(
     Args:
         tensors: An async callable returning one example (a tuple, named tuple, list, dict
             or single value of numbers, strings or arrays), or an async iterable of
-            examples. With ``enqueue_many=True`` each result is a batch of examples.
+            examples. With ``enqueue_many=True`` each result is a batch of examples, and a
+            bare :class:`~asyncreader.RecordBatch` (from ``read_batch``) is the two
+            components ``(keys, values)``, exactly as ``read_up_to`` returns them (without
+            ``enqueue_many`` it is refused: it is not one example).
         batch_size: Examples per batch (at least 1).
         num_threads: Runner tasks calling ``tensors`` concurrently.
         capacity: The queue's capacity; ``None`` for unbounded.
@@ -108,7 +113,9 @@ def batch(
     Raises:
         InvalidArgumentError: ``tensors`` is ``None`` or neither an async callable nor an
             async iterable; ``batch_size``, ``num_threads`` or ``capacity`` is out of range;
-            ``shapes`` is malformed or not fully defined without ``dynamic_pad``.
+            ``shapes`` is malformed or not fully defined without ``dynamic_pad``. (Examples
+            that do not fit, such as a RecordBatch without ``enqueue_many``, fail the
+            runner task, and the Coordinator raises the error.)
         FailedPreconditionError: no ``coord`` was given and no Coordinator is current.
     """
     return Batcher(
@@ -148,8 +155,9 @@ def maybe_batch(
 
     Args:
         keep_input: A bool, a bool vector (only with ``enqueue_many=True``: one flag per
-            row of each batch), or a callable taking the example (or batch) and returning
-            one of those (it may be async). Examples whose flag is false are skipped.
+            row of each batch), or a callable taking the example (or batch; a RecordBatch
+            as the tuple ``(keys, values)``) and returning one of those (it may be async).
+            Examples whose flag is false are skipped.
 
     Returns:
         A :class:`Batcher`.

@@ -9,18 +9,26 @@ first one, which fixes the queue's dtypes and shapes) waits in :attr:`Source.pen
 :class:`EnqueueStep` is one runner task's enqueue op: fetch an example (a batch with
 ``enqueue_many=True``), apply ``keep_input`` (the ``maybe_`` variants), enqueue. It is the
 batching hot path, so it binds everything it needs once.
+
+A :class:`~asyncreader.RecordBatch` result (``read_batch``) with ``enqueue_many=True`` is
+the example ``(keys, values)``, exactly what ``read_up_to`` returns: :class:`Source` turns
+it into that tuple of two string arrays as it fetches it, so everything downstream (the
+layout, ``keep_input``, checkpoints, ``record_refs``) sees a ``read_up_to`` result. Without
+``enqueue_many`` it is refused: a batch of records is not one example.
 """
 
 from __future__ import annotations
 
 import inspect
 from collections.abc import AsyncIterable, AsyncIterator, Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 import anyio
 import numpy as np
 
 from .._errors import InvalidArgumentError, OutOfRangeError
+from .._queues.elements import record_components, record_strings
+from .._records.batch import RecordBatch
 from .structure import format_shape
 
 if TYPE_CHECKING:
@@ -40,6 +48,9 @@ __all__ = [
 #: What a ``tensors`` argument may be.
 ExampleSource = Callable[[], Any] | AsyncIterable[Any]
 
+#: Example types that are not a RecordBatch.
+_EXAMPLES: Final = frozenset({tuple, dict, list, np.ndarray, bytes, str, int, float})
+
 #: The value of :attr:`Source.pending` when no example waits there.
 NOTHING: Any = object()
 
@@ -52,15 +63,27 @@ class Source:
             rather than a generator, or neither an async callable nor an async iterable.
     """
 
-    __slots__ = ("_call", "_coro", "_exhausted", "_iter", "_lock", "index", "pending")
+    __slots__ = (
+        "_call",
+        "_coro",
+        "_exhausted",
+        "_iter",
+        "_lock",
+        "_many",
+        "_what",
+        "index",
+        "pending",
+    )
 
-    def __init__(self, source: object, index: int, what: str) -> None:
+    def __init__(self, source: object, index: int, what: str, *, enqueue_many: bool) -> None:
         self._call: Callable[[], Any] | None = None
         self._iter: AsyncIterator[Any] | None = None
         self._lock: anyio.Lock | None = None
         self._exhausted = False
         self.pending: Any = NOTHING
         self.index = index
+        self._what = what
+        self._many = enqueue_many
         self._coro = False
         if inspect.isasyncgenfunction(source):
             name = getattr(source, "__name__", "source")
@@ -87,8 +110,12 @@ class Source:
     async def next(self) -> Any:
         """Return the pending example if there is one, else the source's next example.
 
+        A :class:`~asyncreader.RecordBatch` comes back as the tuple ``(keys, values)``.
+
         Raises:
             OutOfRangeError: the source is exhausted.
+            InvalidArgumentError: the source returned a RecordBatch without
+                ``enqueue_many``.
         """
         if self.pending is not NOTHING:
             example, self.pending = self.pending, NOTHING
@@ -96,22 +123,35 @@ class Source:
         if self._exhausted:
             raise OutOfRangeError(f"example source {self.index} is exhausted")
         if self._coro:
-            return await self._call()  # type: ignore[misc]
-        if self._call is not None:
+            result = await self._call()  # type: ignore[misc]
+        elif self._call is not None:
             result = self._call()
             if inspect.isawaitable(result):
                 result = await result
-            return result
-        assert self._iter is not None
-        assert self._lock is not None
-        async with self._lock:
-            if self._exhausted:
-                raise OutOfRangeError(f"example source {self.index} is exhausted")
-            try:
-                return await self._iter.__anext__()
-            except StopAsyncIteration:
-                self._exhausted = True
-                raise OutOfRangeError(f"example source {self.index} is exhausted") from None
+        else:
+            assert self._iter is not None
+            assert self._lock is not None
+            async with self._lock:
+                if self._exhausted:
+                    raise OutOfRangeError(f"example source {self.index} is exhausted")
+                try:
+                    result = await self._iter.__anext__()
+                except StopAsyncIteration:
+                    self._exhausted = True
+                    raise OutOfRangeError(f"example source {self.index} is exhausted") from None
+        # (the common example types skip the RecordBatch check: it is an abstract
+        # Sequence check, comparatively slow)
+        if type(result) not in _EXAMPLES and isinstance(result, RecordBatch):
+            return self._records(result)
+        return result
+
+    def _records(self, batch: RecordBatch) -> tuple[Any, Any]:
+        if not self._many:
+            raise InvalidArgumentError(
+                f"{self._what}(): example source {self.index} returned a RecordBatch, a "
+                "batch of records (keys, values), not one example: pass enqueue_many=True"
+            )
+        return record_components(batch)
 
 
 def check_keep_input(keep_input: object, enqueue_many: bool) -> object:
@@ -210,14 +250,32 @@ class EnqueueStep:
 
 def batch_len(component: Any) -> int:
     """Return the length of an ``enqueue_many`` component's first dimension (1 for a scalar)."""
+    if isinstance(component, RecordBatch):
+        return len(component)
     shape = component.shape if isinstance(component, np.ndarray) else np.shape(component)
     return int(shape[0]) if shape else 1
+
+
+def _component_array(component: Any) -> np.ndarray[Any, Any]:
+    """Return an ``enqueue_many`` component as an array whose rows can be selected.
+
+    Strings become an ``object`` array of the very values: numpy's own choice for a list
+    of ``bytes`` (a fixed-width ``S`` array) would drop each value's trailing NUL bytes.
+    """
+    if isinstance(component, np.ndarray):
+        return component
+    if isinstance(component, RecordBatch):
+        return record_strings(component)
+    array = np.asarray(component)
+    if array.dtype.kind in "SU":
+        array = np.array(component, dtype=object)
+    return array
 
 
 def _select_rows(comps: tuple[Any, ...], mask: np.ndarray[Any, Any]) -> tuple[Any, ...]:
     out = []
     for i, comp in enumerate(comps):
-        array = comp if isinstance(comp, np.ndarray) else np.asarray(comp)
+        array = _component_array(comp)
         if array.ndim == 0 or len(array) != len(mask):
             raise InvalidArgumentError(
                 f"`keep_input` has {len(mask)} entries but component {i} has shape "

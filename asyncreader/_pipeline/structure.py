@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from .._errors import InvalidArgumentError
+from .._records.batch import RecordBatch
 
 __all__ = [
     "Shape",
@@ -214,11 +215,15 @@ def component_spec(value: object, *, enqueue_many: bool, index: int) -> tuple[np
     Raises:
         InvalidArgumentError: if ``enqueue_many`` is set and the value is a scalar.
     """
-    array = value if isinstance(value, np.ndarray) else np.asarray(value)
-    dtype = array.dtype
-    if dtype.kind in "SUO":
-        dtype = np.dtype(object)
-    shape: Shape = tuple(int(d) for d in array.shape)
+    if isinstance(value, RecordBatch):  # its records: a vector of strings
+        dtype: np.dtype[Any] = np.dtype(object)
+        shape: Shape = (len(value),)
+    else:
+        array = value if isinstance(value, np.ndarray) else np.asarray(value)
+        dtype = array.dtype
+        if dtype.kind in "SUO":
+            dtype = np.dtype(object)
+        shape = tuple(int(d) for d in array.shape)
     if enqueue_many:
         if not shape:
             raise InvalidArgumentError(

@@ -318,7 +318,9 @@ class QueueBase(QueueCheckpointing, BatchedDequeue, SharedResource, Generic[Elem
         Args:
             vals: The element: any object for an untyped queue; for a typed queue a tuple
                 of components, a dict keyed by ``names``, or the bare value of a
-                one-component queue.
+                one-component queue. A :class:`~asyncreader.RecordBatch` may be a string
+                component (a vector of its records), never the whole element of a typed
+                queue: it is a batch, for :meth:`enqueue_many`.
 
         Raises:
             InvalidArgumentError: the element does not match dtypes / shapes / names
@@ -374,10 +376,16 @@ class QueueBase(QueueCheckpointing, BatchedDequeue, SharedResource, Generic[Elem
         Args:
             vals: For an untyped queue, a sequence of elements. For a typed queue, the
                 components (tuple / dict / bare value) each stacked along axis 0.
+                A :class:`~asyncreader.RecordBatch` (from ``read_batch``) is a string
+                component holding its records; given as the whole of ``vals`` it is the
+                two components ``(keys, values)``, exactly what ``read_up_to`` returns
+                (an untyped queue gets one ``(key, value)`` tuple per record). Either
+                way it becomes ``bytes`` in one bulk conversion.
 
         Raises:
             InvalidArgumentError: the batch does not match dtypes / shapes / names, or the
-                components' batch sizes differ (nothing is enqueued).
+                components' batch sizes differ, or a whole RecordBatch is given to a queue
+                whose elements are not two components (nothing is enqueued).
             QueueClosedError: the queue is closed, or was closed with
                 ``cancel_pending_enqueues=True`` while this call waited (elements inserted
                 before that stay).

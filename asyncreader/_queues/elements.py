@@ -13,6 +13,12 @@ last row is dequeued.
 
 Validation messages follow TensorFlow's wording (SPEC §2.1, §2.2), so code that matched on
 TensorFlow's messages keeps working.
+
+A :class:`~asyncreader.RecordBatch` (what ``read_batch`` returns) is converted in bulk, once:
+as a string component it is its records; as the whole ``enqueue_many`` argument it is the
+two components ``(keys, values)``, exactly what ``read_up_to`` returns (in an untyped queue,
+one ``(key, value)`` tuple per record). It is not one element: ``enqueue`` refuses it in a
+typed queue (an untyped queue stores any object, a batch too).
 """
 
 from __future__ import annotations
@@ -20,16 +26,19 @@ from __future__ import annotations
 import operator
 from collections.abc import Iterable, Mapping, Sequence
 from itertools import repeat
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Final
 
 import numpy as np
 
 from .._decoders.dtypes import builtin_dtype, dtype_by_name, tf_name
 from .._errors import InvalidArgumentError
+from .._records.batch import RecordBatch
 
 __all__ = [
     "as_int",
     "make_codec",
+    "record_components",
+    "record_strings",
     "Row",
     "Shape",
     "TypedCodec",
@@ -149,6 +158,40 @@ def _as_names(names: Any, count: int) -> tuple[str, ...] | None:
     return result
 
 
+def record_strings(batch: RecordBatch) -> np.ndarray[Any, Any]:
+    """Return the records of ``batch`` as a 1-D ``object`` array of ``bytes`` (the form a
+    queue stores strings in), built in one pass."""
+    return _object_array(batch.tolist())
+
+
+def record_components(batch: RecordBatch) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
+    """Return ``batch`` as the two components ``(keys, values)`` ``read_up_to`` returns:
+    1-D ``object`` arrays of ``bytes``."""
+    return _object_array(batch.keys()), record_strings(batch)
+
+
+def _object_array(items: list[Any]) -> np.ndarray[Any, Any]:
+    # Assigned rather than np.array(items): bytes must stay whole objects, never a
+    # fixed-width "S" array (which drops trailing NUL bytes).
+    out = np.empty(len(items), dtype=object)
+    out[:] = items
+    return out
+
+
+_STRING_TYPES: Final = frozenset({bytes, str})
+
+#: Element types that are neither a Mapping nor a RecordBatch: they (and numpy scalars)
+#: skip those checks, which are abstract-class checks and comparatively slow.
+_PLAIN: Final = frozenset({bytes, str, int, float, bool, list, np.ndarray})
+
+
+def _not_one_element() -> InvalidArgumentError:
+    return InvalidArgumentError(
+        "a RecordBatch is a batch of records, (keys, values), not one element: "
+        "enqueue it with enqueue_many"
+    )
+
+
 class UntypedCodec:
     """Elements are arbitrary Python objects, stored and returned unchanged."""
 
@@ -165,6 +208,9 @@ class UntypedCodec:
     def encode_many(self, vals: Any) -> list[Any]:
         if isinstance(vals, list):
             return vals[:]
+        if isinstance(vals, RecordBatch):
+            # (keys, values) has no components here: one (key, value) element per record.
+            return list(zip(vals.keys(), vals.tolist(), strict=True))
         if isinstance(vals, (str, bytes)) or not isinstance(vals, Iterable):
             raise InvalidArgumentError(
                 f"enqueue_many needs a sequence of elements, got {type(vals).__name__}"
@@ -250,16 +296,15 @@ class TypedCodec:
     def _components(self, vals: Any) -> Sequence[Any]:
         """Split one enqueue argument (tuple / list / dict / bare value) into components."""
         names = self.names
-        # (tuple first: the abstract Mapping check is comparatively slow)
-        if not isinstance(vals, tuple) and isinstance(vals, Mapping):
-            if names is None:
-                raise InvalidArgumentError("Queue must have names to enqueue a dictionary")
-            if sorted(vals) != sorted(names):
-                raise InvalidArgumentError(
-                    "Keys in dictionary to enqueue do not match names of Queue.  "
-                    f"Dictionary: {sorted(vals)}, Queue: {sorted(names)}"
-                )
-            return [vals[n] for n in names]
+        if type(vals) is dict:
+            return self._mapping(vals)
+        # (plain types first: the abstract Mapping and RecordBatch checks are comparatively slow)
+        if not isinstance(vals, (tuple, np.generic)) and type(vals) not in _PLAIN:
+            if isinstance(vals, RecordBatch):
+                # encode_many takes a batch before it gets here: this is enqueue().
+                raise _not_one_element()
+            if isinstance(vals, Mapping):
+                return self._mapping(vals)
         if names is not None:
             raise InvalidArgumentError("You must enqueue a dictionary in a Queue with names")
         count = len(self.dtypes)
@@ -277,6 +322,43 @@ class TypedCodec:
             )
         return (vals,)
 
+    def _mapping(self, vals: Mapping[Any, Any]) -> list[Any]:
+        names = self.names
+        if names is None:
+            raise InvalidArgumentError("Queue must have names to enqueue a dictionary")
+        if sorted(vals) != sorted(names):
+            raise InvalidArgumentError(
+                "Keys in dictionary to enqueue do not match names of Queue.  "
+                f"Dictionary: {sorted(vals)}, Queue: {sorted(names)}"
+            )
+        return [vals[n] for n in names]
+
+    def _record_batch(self, batch: RecordBatch) -> list[np.ndarray[Any, Any]]:
+        """Return ``batch`` as the converted components ``(keys, values)``, if the element
+        has two string components."""
+        count = len(self.dtypes)
+        names = self.names
+        if count == 2 and names is None:
+            for i, dtype in enumerate(self.dtypes):
+                if dtype.kind != "O":
+                    self._mismatch(i, np.dtype(object))
+            return list(record_components(batch))  # all bytes: no element to check
+        if names is not None:
+            shown = (
+                f"{{{names[0]!r}: batch.keys(), {names[1]!r}: batch}}"
+                if count == 2
+                else "a dict of them"
+            )
+            hint = f"a queue with names takes {shown}"
+        elif count == 1:
+            hint = "enqueue (batch,) for its records alone"
+        else:
+            hint = "give a tuple of every component, with the batch as its records"
+        raise InvalidArgumentError(
+            "a RecordBatch stands for the two components (keys, values), but the queue's "
+            f"elements have {count}: {hint}"
+        )
+
     # -- conversion ------------------------------------------------------------------------
 
     #: Whether ``enqueue_many`` takes its own copy of the values (the queue keeps them);
@@ -287,15 +369,28 @@ class TypedCodec:
         """Return an array of component ``i``'s dtype holding ``val``: a fresh one, or with
         ``copy=False`` ``val`` itself when it already is such an array."""
         dtype = self.dtypes[i]
+        kind = type(val)
         if dtype.kind == "O":
+            # (a scalar string skips the RecordBatch check: that one is an abstract
+            # Sequence check, comparatively slow)
+            if kind is not bytes and kind is not str and isinstance(val, RecordBatch):
+                return record_strings(val)  # all bytes: no element to check
             if isinstance(val, np.ndarray) and val.dtype.kind not in "OSU":
                 self._mismatch(i, val.dtype)
             arr = np.array(val, dtype=object)
-            for x in arr.flat if arr.ndim else (arr[()],):
-                if not isinstance(x, (bytes, str)):
-                    self._mismatch(i, np.asarray(x).dtype)
+            if not arr.ndim:
+                scalar: object = arr[()]
+                if not isinstance(scalar, (bytes, str)):
+                    self._not_a_string(i, scalar)
+                return arr
+            items = arr.ravel().tolist()
+            # The element types, collected without a Python loop; only a batch holding
+            # something else (or a bytes / str subclass) is looked at element by element.
+            if not _STRING_TYPES.issuperset(map(type, items)):
+                for x in items:
+                    if not isinstance(x, (bytes, str)):
+                        self._not_a_string(i, x)
             return arr
-        kind = type(val)
         if (kind is int and dtype.kind in "iuf") or (kind is float and dtype.kind in "fc"):
             # A plain Python number of a compatible kind: convert directly.
             try:
@@ -307,6 +402,8 @@ class TypedCodec:
                 ) from exc
         src = val if isinstance(val, (np.ndarray, np.generic)) else None
         if src is None:
+            if isinstance(val, RecordBatch):
+                self._mismatch(i, np.dtype(object))
             try:
                 src = np.asarray(val)
             except (ValueError, TypeError) as exc:
@@ -328,6 +425,14 @@ class TypedCodec:
                 f"Type mismatch in tuple component {i}. Expected {tf_dtype_name(dtype)}, "
                 f"got {tf_dtype_name(src.dtype)}"
             ) from exc
+
+    def _not_a_string(self, i: int, value: object) -> None:
+        got = np.asarray(value).dtype
+        if got.kind == "O":  # not "string": name what it is (None, an object)
+            raise InvalidArgumentError(
+                f"Type mismatch in tuple component {i}. Expected string, got {type(value).__name__}"
+            )
+        self._mismatch(i, got)
 
     def _mismatch(self, i: int, got: np.dtype[Any]) -> None:
         raise InvalidArgumentError(
@@ -353,7 +458,8 @@ class TypedCodec:
         """Convert and check one element into a one-row batch; nothing is stored if this raises.
 
         Raises:
-            InvalidArgumentError: wrong structure, dtype or shape.
+            InvalidArgumentError: wrong structure, dtype or shape, or ``vals`` is a
+                :class:`~asyncreader.RecordBatch` (a batch, not one element).
         """
         comps = self._components(vals)
         out: list[np.ndarray[Any, Any]] = []
@@ -367,11 +473,16 @@ class TypedCodec:
         """Convert and check a batch (components stacked on axis 0) into elements.
 
         Raises:
-            InvalidArgumentError: wrong structure, dtype, rank, shape or unequal batch sizes.
+            InvalidArgumentError: wrong structure, dtype, rank, shape or unequal batch sizes,
+                or a :class:`~asyncreader.RecordBatch` given for an element that is not
+                two components (keys, values).
         """
-        comps = self._components(vals)
-        copy = self.copy_many
-        arrays = [self._convert(val, i, copy) for i, val in enumerate(comps)]
+        if isinstance(vals, RecordBatch):
+            arrays = self._record_batch(vals)
+        else:
+            copy = self.copy_many
+            comps = self._components(vals)
+            arrays = [self._convert(val, i, copy) for i, val in enumerate(comps)]
         batch = -1
         for i, arr in enumerate(arrays):
             if arr.ndim == 0:

@@ -360,6 +360,22 @@ async def test_a_static_keep_vector_selects_the_same_rows_of_every_batch() -> No
             assert [list(x) for x in await collect(b)] == [[0, 3, 0, 3]]
 
 
+@pytest.mark.both_backends
+@pytest.mark.parametrize("keep", [[True, True, True], [True, False, True]], ids=["all", "some"])
+async def test_a_keep_vector_keeps_binary_records_whole(keep: list[bool]) -> None:
+    # Rows are selected from the strings themselves: a fixed-width numpy copy of them
+    # would drop each record's trailing NUL bytes.
+    records = [b"a\x00", b"b\x00\x00", b"\x00"]
+    source = counter_source(1, lambda i: ([b"k0", b"k1", b"k2"], records))
+    with anyio.fail_after(10):
+        async with ar.Coordinator():
+            b = ar.maybe_batch(source, keep, sum(keep), enqueue_many=True)
+            keys, values = await b.dequeue()
+    picked = [i for i, k in enumerate(keep) if k]
+    assert values.tolist() == [records[i] for i in picked]
+    assert keys.tolist() == [b"k%d" % i for i in picked]
+
+
 async def test_keep_input_false_drops_everything() -> None:
     with anyio.fail_after(10):
         async with ar.Coordinator():

@@ -788,6 +788,22 @@ async def test_string_component_rejects_numbers_and_keeps_bytes_exact() -> None:
         await q.enqueue(np.zeros(2, np.float32))
 
 
+async def test_a_string_batch_is_checked_element_by_element() -> None:
+    class Name(str):
+        pass
+
+    q = ar.FIFOQueue(None, [object], shapes=[[]])
+    await q.enqueue_many(([b"a"] * 500 + [Name("b")],))  # a str subclass is a string
+    assert (await q.dequeue_many(501))[-1] == "b"
+    for bad, got in ((None, "NoneType"), (7, "int64"), (object(), "object")):
+        with pytest.raises(
+            ar.InvalidArgumentError,
+            match=rf"^Type mismatch in tuple component 0\. Expected string, got {got}$",
+        ):
+            await q.enqueue_many(([b"a"] * 500 + [bad] + [b"c"],))
+    assert q.size() == 0
+
+
 # -- ported from TensorFlow's fifo_queue_test.py --------------------------------------------
 
 
