@@ -40,6 +40,7 @@ if TYPE_CHECKING:
     from .filesystem import RandomAccessFile
 
 __all__ = [
+    "CAN_READ_AHEAD",
     "POOL_BYTES",
     "READ_AHEAD",
     "READ_AHEAD_THREADS",
@@ -134,6 +135,9 @@ def read_block(f: RandomAccessFile, n: int) -> memoryview:
     return _readonly(block[:got])
 
 
+#: Whether this platform reads at an offset into a buffer (``os.preadv``: Linux, the BSDs,
+#: macOS 11 and later); elsewhere blocks are read in order by the reader itself.
+CAN_READ_AHEAD: Final = hasattr(os, "preadv")
 #: Blocks each :class:`BlockReader` reads ahead of the one being framed.
 READ_AHEAD: Final = 2
 #: Helper threads of all read-ahead, shared by the process's readers: one per two cores

@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, ClassVar, Final
 import numpy as np
 
 from .._errors import AsyncReaderError, DataLossError, InvalidArgumentError
-from .._io.blocks import BlockReader, PositionalFile, read_block
+from .._io.blocks import CAN_READ_AHEAD, BlockReader, PositionalFile, read_block
 from .._io.filesystem import READ_BLOCK, open_work_item
 from .._records.batch import KeyRun, RecordBatch, assemble, concat
 from .._records.keys import bulk_keys, key_format, range_keys
@@ -437,7 +437,7 @@ class FramedReader(BufferedReader):
                 # for as long as the batch (or anything taken from it) lives; a local
                 # file's next blocks are read meanwhile on helper threads.
                 ahead = self._ahead
-                if ahead is None and isinstance(f, PositionalFile):
+                if ahead is None and CAN_READ_AHEAD and isinstance(f, PositionalFile):
                     ahead = self._ahead = BlockReader(f, READ_BLOCK)
                 view = read_block(f, READ_BLOCK) if ahead is None else ahead.next()
                 self._bytes_read += len(view)
