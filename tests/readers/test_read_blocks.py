@@ -356,3 +356,28 @@ async def test_a_read_error_blocks_into_a_hop_keeps_the_records_framed_before_it
                 await reader.read_batch(q, 10_000)
     assert calls > 3
     assert got == list(range(400))
+
+
+@pytest.mark.anyio
+async def test_remote_files_fill_pooled_blocks_in_order(tmp_path: Path) -> None:
+    """A URL's file has no positional reads: its blocks are read in order into the pool."""
+    fsspec = pytest.importorskip("fsspec", reason="fsspec (asyncreader[remote]) is missing")
+    mem = fsspec.filesystem("memory")
+    mem.pipe("/ar-blocks/a.tfrecord", _tfrecord(tmp_path / "a.tfrecord", 300).read_bytes())
+    try:
+        got: list[int] = []
+        async with ar.TFRecordReader() as reader:
+            q = ar.FIFOQueue(None)
+            await q.enqueue("memory://ar-blocks/a.tfrecord")
+            await q.close()
+            with anyio.fail_after(30):
+                while True:
+                    try:
+                        batch = await reader.read_batch(q, 128)
+                    except ar.OutOfRangeError:
+                        break
+                    got += _ids(batch)
+                    assert batch.key(0).startswith(b"memory://ar-blocks/a.tfrecord:")
+        assert got == list(range(300))
+    finally:
+        mem.rm("/ar-blocks", recursive=True)
