@@ -185,15 +185,18 @@ def crc32c_many(buf: bytes, starts: Any, lengths: Any, *, how: str | None = None
             values = map(_address_crc, (starts + base).tolist(), lengths.tolist())
         else:
             address_crc = _address_crc
+            small = crc32c_bytes if type(buf) is bytes else crc32c  # a view's slices copy
             values = iter(
                 [
-                    address_crc(base + s, n) if n >= COPY_BELOW else crc32c_bytes(buf[s : s + n])
+                    address_crc(base + s, n) if n >= COPY_BELOW else small(buf[s : s + n])
                     for s, n in zip(starts.tolist(), lengths.tolist(), strict=True)
                 ]
             )
     else:
         source: Any = memoryview(buf) if how == "view" else buf
-        function: Any = _buffer_crc if how == "view" else crc32c_bytes
+        function: Any = (
+            _buffer_crc if how == "view" else crc32c_bytes if type(buf) is bytes else crc32c
+        )
         slices = map(slice, starts.tolist(), (starts + lengths).tolist())
         values = map(function, map(source.__getitem__, slices))
     return np.fromiter(values, dtype=np.uint64, count=count)
@@ -208,7 +211,7 @@ def crc32c_at(buf: bytes, start: int, length: int) -> int:
         if start < 0 or start + length > len(buf):
             raise ValueError("crc32c_at: the payload lies outside the buffer")
         return _address_crc(_address(buf) + start, length)
-    return crc32c_bytes(buf[start : start + length])
+    return crc32c(buf[start : start + length])
 
 
 def crc32c_strided(
@@ -241,8 +244,12 @@ def crc32c_strided(
 
 
 def _address(buf: bytes) -> int:
-    """The address of a ``bytes`` object's storage (ctypes passes bytes without copying)."""
-    return ctypes.cast(ctypes.c_char_p(buf), ctypes.c_void_p).value or 0
+    """The address of a buffer's storage: ctypes passes ``bytes`` without copying; a
+    read-only ``memoryview`` (a pooled read block) is located through numpy."""
+    if type(buf) is bytes:
+        return ctypes.cast(ctypes.c_char_p(buf), ctypes.c_void_p).value or 0
+    address: int = np.frombuffer(buf, np.uint8).ctypes.data
+    return address
 
 
 def extend(crc: int, data: bytes | bytearray | memoryview) -> int:

@@ -128,7 +128,8 @@ class RandomAccessFile(Protocol):
     """An open, readable, seekable file as the readers use it.
 
     ``read(n)`` returns exactly ``n`` bytes unless the end of the file comes first (a short
-    result means end of file); ``seek(offset)`` moves to an absolute offset (a file that
+    result means end of file); ``readinto(buf)`` fills ``buf`` likewise and returns how many
+    bytes it wrote; ``seek(offset)`` moves to an absolute offset (a file that
     cannot seek, such as a pipe, raises :class:`~asyncreader.FailedPreconditionError`);
     ``size`` is the file's length when known; ``close()`` is idempotent.
     """
@@ -137,6 +138,8 @@ class RandomAccessFile(Protocol):
     def size(self) -> int | None: ...
 
     def read(self, n: int) -> bytes: ...
+
+    def readinto(self, buf: memoryview) -> int: ...
 
     def seek(self, offset: int) -> None: ...
 
@@ -216,6 +219,61 @@ class _LocalFile:
                 self._check_not_shrunk()
             return data
 
+    def readinto(self, buf: memoryview) -> int:
+        n = len(buf)
+        with map_io_errors(self._name):
+            have = self._f.readinto(buf) or 0
+            # A short read of a regular file is rare (signals); finish the block.
+            while 0 < have < n:
+                more = self._f.readinto(buf[have:])
+                if not more:
+                    break
+                have += more
+            self._pos += have
+            if have < n and self.size is not None and self._pos < self.size:
+                self._check_not_shrunk()
+            return have
+
+    @property
+    def position(self) -> int:
+        """Where the next :meth:`read` starts."""
+        return self._pos
+
+    def pread_into(self, buf: memoryview, offset: int) -> int:
+        """Fill ``buf`` from ``offset`` on without moving the file's position (safe on
+        another thread while nothing else reads the file); return the bytes written, fewer
+        only at the end of the file."""
+        n = len(buf)
+        fd = self._f.fileno()
+        with map_io_errors(self._name, offset=offset):
+            have = os.preadv(fd, [buf], offset)
+            while 0 < have < n:  # short reads are rare (signals): finish the block
+                more = os.preadv(fd, [buf[have:]], offset + have)
+                if not more:
+                    break
+                have += more
+            if have < n and self.size is not None and offset + have < self.size:
+                now = os.fstat(fd).st_size
+                if now < self.size:
+                    raise DataLossError(
+                        f"the file shrank from {self.size} to {now} bytes while it was read",
+                        work_item=self._name,
+                        offset=offset + have,
+                    )
+            return have
+
+    def check_extent(self, end: int) -> None:
+        """Raise :class:`~asyncreader.DataLossError` if the file no longer reaches ``end``
+        (bytes read ahead of time are then no longer the file's)."""
+        with map_io_errors(self._name):
+            now = os.fstat(self._f.fileno()).st_size
+        if now < end:
+            raise DataLossError(
+                f"the file shrank from {self.size} to {now} bytes while it was read",
+                work_item=self._name,
+                offset=now,
+            )
+
     def _check_not_shrunk(self) -> None:
         now = os.fstat(self._f.fileno()).st_size
         if now < self._pos or (self.size is not None and now < self.size):
@@ -268,6 +326,12 @@ class _FsspecFile:
             raise
         self._pos += have
         return parts[0] if len(parts) == 1 else b"".join(parts)
+
+    def readinto(self, buf: memoryview) -> int:
+        # fsspec files return bytes per request: one copy into the block.
+        data = self.read(len(buf))
+        buf[: len(data)] = data
+        return len(data)
 
     def seek(self, offset: int) -> None:
         with _seeking(self._name, offset):

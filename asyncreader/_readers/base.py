@@ -63,6 +63,7 @@ import anyio.lowlevel
 
 from .._error_policy import MAX_DEAD_LETTERS, DeadLetter, ErrorPolicy, OnError, as_policy
 from .._errors import FailedPreconditionError, InvalidArgumentError
+from .._io.blocks import block_pool
 from .._runtime.resources import SharedResource
 from .._yields import yield_budget
 from .abandoned import AbandonedCalls
@@ -553,6 +554,8 @@ class ReaderBase(
                         await pending.call.wait()
                 if pending is None or not pending.call.discard():
                     await self._drop_work_state()
+        # Read blocks nothing holds any more are not kept for a reader that is gone.
+        block_pool().trim()
 
     async def _session_close(self) -> None:
         await self.aclose()

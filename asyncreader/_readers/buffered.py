@@ -40,6 +40,9 @@ __all__ = ["BufferedReader"]
 class BufferedReader(ReaderBase):
     """A reader that fills its read-ahead buffer a record run at a time (internal base)."""
 
+    #: Records the current call still wants (a fill may frame that many in one hop).
+    _want: int = 1
+
     # -- what a subclass provides -------------------------------------------------------
 
     def _fill(self) -> RecordRun:
@@ -103,6 +106,7 @@ class BufferedReader(ReaderBase):
     async def _read_on_many(
         self, n: int, mark: tuple[Any, int], batch: bool
     ) -> tuple[Records, bool] | None:
+        self._want = n  # how many records a batch fill may frame in one hop
         await self._refill(batch=batch)
         return None
 

@@ -10,6 +10,11 @@ time the event loop hands them out, which measured twice as slow as framing a bl
 cache-sized pieces. The piece size follows the records seen so far, so files of large
 records are still framed a whole block per hop.
 
+``read_batch`` (segment mode) frames whole blocks instead, as many per hop as the call
+wants records, up to :data:`HOP_BYTES`; its blocks come from the pool of warm read blocks,
+and a local file's next blocks are read ahead on helper threads meanwhile
+(:mod:`asyncreader._io.blocks`).
+
 State: before each record run the reader notes the framer's restart point (stream position
 and key of the run's first record). Saved state is that point plus how many records of the
 run were already delivered; restoring reopens the file, seeks to the point (an
@@ -30,8 +35,9 @@ from typing import TYPE_CHECKING, ClassVar, Final
 import numpy as np
 
 from .._errors import AsyncReaderError, DataLossError, InvalidArgumentError
+from .._io.blocks import CAN_READ_AHEAD, BlockReader, PositionalFile, read_block
 from .._io.filesystem import READ_BLOCK, open_work_item
-from .._records.batch import KeyRun, RecordBatch, assemble
+from .._records.batch import KeyRun, RecordBatch, assemble, concat
 from .._records.keys import bulk_keys, key_format, range_keys
 from .buffered import BufferedReader
 
@@ -41,13 +47,17 @@ if TYPE_CHECKING:
     from .._records.framer import Framed, Framer
     from .buffer import BatchRun, RecordRun
 
-__all__ = ["HOP_RECORDS", "FramedReader"]
+__all__ = ["HOP_BYTES", "HOP_RECORDS", "FramedReader"]
 
 _RESTART = struct.Struct("<qqq")
 
 #: Records one hop aims to frame: enough to amortise the hop, few enough that their objects
 #: are still in cache when the event loop hands them out.
 HOP_RECORDS: Final = 8192
+#: The most bytes ``read_batch`` frames per hop: several blocks, so that a batch of large
+#: records costs a few hops (about 0.1 ms each), and the hop still ends within
+#: milliseconds (a cancelled call waits for it).
+HOP_BYTES: Final = 32 << 20
 #: Bounds of the piece of a block framed per hop (bytes).
 _MIN_PIECE: Final = 64 << 10
 _FIRST_PIECE: Final = 256 << 10
@@ -78,6 +88,10 @@ class FramedReader(BufferedReader):
         self._block_at = 0
         self._block_last = False
         self._piece = _FIRST_PIECE
+        # Reads the blocks of read_batch, the next ones ahead (local files).
+        self._ahead: BlockReader | None = None
+        # The size of the block framed last.
+        self._block_bytes = 0
 
     # -- subclass interface ------------------------------------------------------------
 
@@ -160,6 +174,12 @@ class FramedReader(BufferedReader):
 
     def _drop_block(self) -> None:
         self._block, self._block_at, self._block_last = b"", 0, False
+        self._stop_ahead()
+
+    def _stop_ahead(self) -> None:
+        ahead, self._ahead = self._ahead, None
+        if ahead is not None:
+            ahead.close()
 
     def _has_open_files(self) -> bool:
         return self._file is not None
@@ -324,7 +344,34 @@ class FramedReader(BufferedReader):
 
     def _fill_batch(self) -> BatchRun:
         # The segment mode of _fill: the same records, errors and state, framed a whole
-        # block per hop (no per-record objects to keep in cache), keys left as ints.
+        # block at a time (no per-record objects to keep in cache), keys left as ints;
+        # blocks are framed in one hop until the call's records are there (up to
+        # HOP_BYTES), so a large batch costs a few thread hops, not one per block.
+        batch, at_end = self._frame_step()
+        framer = self._framer
+        assert framer is not None
+        if at_end or framer.error is not None:
+            return batch, at_end
+        parts = [batch]
+        count, want = len(batch), self._want
+        hop = self._block_bytes
+        while count < want and hop < HOP_BYTES:
+            try:
+                batch, at_end = self._frame_step()
+            except Exception:
+                # Deliver the records framed so far; the next hop repeats the failed
+                # step (the framer repeats its error; a read is tried again).
+                break
+            parts.append(batch)
+            count += len(batch)
+            hop += self._block_bytes
+            if at_end or framer.error is not None:
+                break
+        return concat(parts), at_end
+
+    def _frame_step(self) -> BatchRun:
+        """Frame the next block (or what the framer holds) into a non-empty batch, or the
+        end of the work item."""
         framer = self._framer
         assert framer is not None
         while True:
@@ -335,6 +382,7 @@ class FramedReader(BufferedReader):
                 framed = [framer.decode_segments(b"")]
             else:
                 data, last = self._next_piece(whole=True)
+                self._block_bytes = len(data)
                 if data:
                     framed = [framer.decode_segments(data)]
                     if last and framer.error is None and not framer.pending:
@@ -374,7 +422,7 @@ class FramedReader(BufferedReader):
             del ints[:dropped], values[:dropped]
             self._skip_pending = skip - dropped
 
-    def _next_piece(self, *, whole: bool = False) -> tuple[bytes, bool]:
+    def _next_piece(self, *, whole: bool = False) -> tuple[bytes | memoryview, bool]:
         """Return the next piece of the file to frame, and whether it is the file's last.
 
         An empty piece is the end of the file. A block is read when the last one is used
@@ -384,6 +432,18 @@ class FramedReader(BufferedReader):
         if at >= len(block):
             f = self._file
             assert f is not None
+            if whole:
+                # Framed whole into views of the block: a warm pooled block, lent out
+                # for as long as the batch (or anything taken from it) lives; a local
+                # file's next blocks are read meanwhile on helper threads.
+                ahead = self._ahead
+                if ahead is None and CAN_READ_AHEAD and isinstance(f, PositionalFile):
+                    ahead = self._ahead = BlockReader(f, READ_BLOCK)
+                view = read_block(f, READ_BLOCK) if ahead is None else ahead.next()
+                self._bytes_read += len(view)
+                self._block, self._block_at, self._block_last = b"", 0, len(view) < READ_BLOCK
+                return view, self._block_last
+            self._stop_ahead()  # plain reads go on where the block reader stopped
             block = f.read(READ_BLOCK)
             self._bytes_read += len(block)
             self._block, at, self._block_last = block, 0, len(block) < READ_BLOCK

@@ -154,10 +154,11 @@ class FixedLengthFramer(Framer):
         base = self._buf_start
         starts = -(-len(carried) // self._P)
         need = (starts - 1) * self._P + self._R + self._F - len(carried)
+        # (bytes() first: in segment mode the carried bytes may be a view of a block.)
         if need >= len(data):
-            self._frame_buf(carried + data, base, keys, values)
+            self._frame_buf(bytes(carried) + data, base, keys, values)
             return
-        self._frame_buf(carried + data[:need], base, keys, values)
+        self._frame_buf(bytes(carried) + data[:need], base, keys, values)
         self._frame_buf(data, base + len(carried), keys, values)
 
     def _frame_buf(self, buf: bytes, base: int, keys: list[int], values: list[bytes]) -> None:

@@ -189,6 +189,18 @@ class _Segments:
         return Framed(keys, segments)
 
 
+def _frameable(chunk: Chunk, segments: bool) -> bytes:
+    """``chunk`` as the framers take it: ``bytes``, or in segment mode a read-only byte
+    ``memoryview`` as it is (a pooled read block, framed in place; records are views of
+    it, so it must be one nobody can change), anything else copied to ``bytes``."""
+    if type(chunk) is bytes:
+        return chunk
+    if segments and isinstance(chunk, memoryview) and chunk.readonly and chunk.contiguous:
+        # Typed as bytes: the framers use only what the two have in common.
+        return chunk.cast("B")  # type: ignore[return-value]
+    return bytes(chunk)
+
+
 @dataclasses.dataclass(frozen=True, slots=True)
 class FramerStatistics:
     """A snapshot of a framer's progress.
@@ -317,7 +329,7 @@ class Framer:
         try:
             if self._decomp is None:
                 if chunk:
-                    self._frame(chunk if type(chunk) is bytes else bytes(chunk), keys, values)
+                    self._frame(_frameable(chunk, self._out is not None), keys, values)
             else:
                 self._inflate(chunk, keys, values)
         except _Deferred:

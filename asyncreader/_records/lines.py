@@ -162,7 +162,7 @@ class LineFramer(Framer):
             or (len(data) > limit and int((ends - starts).max()) > limit)
         ):
             # Rare: frame the lines before the long one, then fail (as list mode does).
-            lines = data.split(b"\n")
+            lines = bytes(data).split(b"\n")
             tail = lines.pop()
             self._frame_to_long_line(data, lines, tail, keys, values)
         self._pos += self._partial_len + len(data) - rest

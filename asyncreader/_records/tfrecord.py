@@ -243,7 +243,8 @@ class TFRecordFramer(Framer):
         n = len(buf)
         verify = self._verify
         unpack_header = _HEADER.unpack_from
-        crc = crc32c_bytes
+        # google-crc32c's C function takes only bytes; a read block's view is copied.
+        crc = crc32c_bytes if type(buf) is bytes else crc32c
         last_len, last_crc = self._last_hdr
         known = self._known
         limit = self._limit

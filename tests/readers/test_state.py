@@ -223,7 +223,7 @@ async def test_blocks_framed_in_pieces_resume_at_every_record(
     pieces: list[int] = []
     real = framed.FramedReader._next_piece
 
-    def spy(self: framed.FramedReader, *, whole: bool = False) -> tuple[bytes, bool]:
+    def spy(self: framed.FramedReader, *, whole: bool = False) -> tuple[bytes | memoryview, bool]:
         data, last = real(self, whole=whole)
         pieces.append(len(data))
         return data, last

@@ -27,7 +27,9 @@ def feed_until_error(
     compressed input. Cuts at 0 or ``len(data)`` feed an empty piece.
 
     A copy of the framer is fed the same pieces in segment mode (``decode_segments`` /
-    ``finish_segments``), call by call: each call must give the same keys and records
+    ``finish_segments``), as read-only views of arrays the way ``read_batch`` hands it
+    its pooled read blocks (:func:`block_view`), call by call: each call must give the
+    same keys and records
     (checked to be views of the chunk where no join was needed), the same error at the
     same call, and leave the same position, ``skip_to`` and statistics. So every framer
     test that feeds through here also tests segment mode.
@@ -60,7 +62,7 @@ def feed_until_error(
             piece = data[prev:cut]
             k, v = step(
                 functools.partial(framer.decode, piece),
-                functools.partial(twin.decode_segments, piece),
+                functools.partial(twin.decode_segments, block_view(piece)),
             )
             keys += k
             values += v
@@ -74,6 +76,14 @@ def feed_until_error(
         assert_same_state(twin, framer)
         return keys, values, exc
     return keys + k, values + v, None
+
+
+def block_view(piece: bytes) -> memoryview:
+    """``piece`` as ``read_batch`` feeds a framer: a read-only ``memoryview`` of a numpy
+    array of its own (a pooled read block), not ``bytes``."""
+    array = np.frombuffer(piece, np.uint8).copy()
+    array.flags.writeable = False
+    return memoryview(array)  # type: ignore[arg-type]
 
 
 def assert_same_error(got: BaseException, expected: ar.AsyncReaderError) -> None:
