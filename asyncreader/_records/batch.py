@@ -258,9 +258,7 @@ class RecordBatch(Sequence[bytes]):
         """Return the records as a list of ``bytes`` (one object per record)."""
         out: list[bytes] = []
         for segment in self._segments:
-            view = memoryview(segment.buffer)  # type: ignore[arg-type]
-            ends = (segment.starts + segment.lengths).tolist()
-            out += [view[s:e].tobytes() for s, e in zip(segment.starts.tolist(), ends, strict=True)]
+            out += _segment_list(segment)
         return out
 
     def take(self, indices: object) -> RecordBatch:
@@ -534,6 +532,39 @@ class _KeyView(Sequence[bytes]):
         if isinstance(index, slice):
             return self._batch[index].keys()
         return self._batch.key(index)
+
+
+def _segment_list(s: Segment) -> list[bytes]:
+    """``s``'s records as ``bytes``, made in C where the layout allows."""
+    n = len(s.starts)
+    if not n:
+        return []
+    starts, lengths = s.starts, s.lengths
+    length = int(lengths[0])
+    first = int(starts[0])
+    step = int(starts[1] - starts[0]) if n > 1 else length
+    if (
+        length
+        and step >= length
+        and bool((lengths == length).all())
+        and (n < 3 or bool((np.diff(starts) == step).all()))
+    ):
+        # Records of one length at equal steps (fixed-length records, a uniform TFRecord
+        # run): numpy makes each bytes object, with no Python step per record.
+        records: list[bytes] = np.ndarray(
+            (n,), dtype=np.dtype((np.void, length)), buffer=s.buffer, offset=first, strides=(step,)
+        ).tolist()
+        return records
+    lo = int(starts.min())
+    hi = int((starts + lengths).max())
+    if hi - lo <= 2 * int(lengths.sum()) + 4096:
+        # One copy of the records' extent, sliced: cheaper than a memoryview per record.
+        span = s.buffer[lo:hi].tobytes()
+        firsts = (starts - lo).tolist()
+        return [span[a:b] for a, b in zip(firsts, (starts + lengths - lo).tolist(), strict=True)]
+    view = memoryview(s.buffer)  # type: ignore[arg-type]
+    ends = (starts + lengths).tolist()
+    return [view[a:b].tobytes() for a, b in zip(starts.tolist(), ends, strict=True)]
 
 
 def _strided(s: Segment, length: int) -> ByteArray | None:

@@ -324,3 +324,26 @@ def test_keys_of_any_ids_are_work_colon_id(ids: range | np.ndarray) -> None:
     expected = [b"w%d:" + str(int(i)).encode() for i in ids]
     assert b.keys() == expected
     assert [b.key(i) for i in (0, n - 1)] == [expected[0], expected[-1]]
+
+
+@pytest.mark.parametrize(
+    ("starts", "lengths"),
+    [
+        ([12, 128, 244, 360], [100, 100, 100, 100]),  # one length at equal steps
+        ([5], [7]),  # one record
+        ([0, 3, 3, 9], [3, 0, 6, 1]),  # back to back, lengths differ
+        ([0, 10, 20], [0, 0, 0]),  # empty records
+        ([9000, 10, 40_000], [4, 6, 3]),  # a few records far apart (picked from a block)
+        ([40, 0, 80, 120], [8, 8, 8, 8]),  # one length, steps not equal
+    ],
+)
+def test_tolist_gives_every_layouts_records(starts: list[int], lengths: list[int]) -> None:
+    buffer = np.frombuffer(bytes(range(251)) * 200, np.uint8)
+    batch = assemble(
+        [Segment(buffer, np.array(starts, np.int64), np.array(lengths, np.int64))],
+        [KeyRun(b"f", len(starts), range(len(starts)))],
+    )
+    expected = [buffer[s : s + n].tobytes() for s, n in zip(starts, lengths, strict=True)]
+    assert batch.tolist() == expected
+    assert list(batch) == expected
+    assert all(type(r) is bytes for r in batch.tolist())
