@@ -76,6 +76,13 @@ NUM_EXAMPLES_PER_EPOCH_FOR_EVAL = RECORDS_PER_FILE
 #: queue fed smoothly (a chunk is about 1.5 MB of records).
 DEFAULT_CHUNK = 500
 
+#: Images per pass of :func:`_standardize_affine`'s inner loop: their float32 planes (about
+#: 220 KB) stay in a core's cache between the arithmetic and the interleaving copy. A
+#: larger scratch block is slower where it matters most: freeing a block of the size of
+#: the chunk's own arrays made glibc give the memory back and fault it in again per call
+#: (measured at 128-image chunks: 0.6 s instead of 0.25 s per epoch).
+_AFFINE_BLOCK = 32
+
 # TensorFlow's ``min_fraction_of_examples_in_queue``: the shuffle buffer is 40% of an epoch.
 _MIN_FRACTION_IN_QUEUE = 0.4
 
@@ -295,7 +302,8 @@ def distort_images(
         distort_colours: Apply the brightness and contrast distortions.
 
     Returns:
-        ``(n, size, size, 3)`` float32, each image with zero mean and unit variance.
+        A new C-contiguous ``(n, size, size, 3)`` float32 array, each image with zero
+        mean and unit variance.
 
     Raises:
         ValueError: ``size`` does not fit the images.
@@ -319,27 +327,43 @@ def _standardize_affine(
     and the variance of the channel means ``S_b``, contrast gives
     ``f * (x - m_c) + m_c`` whose variance is ``f**2 * S_w + S_b`` (the cross term sums to
     zero), so the standardised result is ``x * f / s + ((1 - f) * m_c - M) / s``.
+
+    The result is a new C-contiguous array (channels interleaved, as TensorFlow lays out
+    images), so a queue stores and hands it on with plain row copies.
     """
     n, height, width, channels = crops.shape
     pixels = height * width
-    # Channel planes (contiguous for random_crop_and_flip's output). int32 sums are exact
+    # Channel planes (contiguous for random_crop_and_flip's output). Integer sums are exact
     # (at most 576 * 255**2 per channel) where float32 sums of squares would lose the
-    # variance of flat images to cancellation.
-    planes = crops.transpose(0, 3, 1, 2).reshape(n, channels, pixels).astype(np.int32)
-    mean_c = planes.sum(axis=2) / pixels
-    square_c = np.einsum("ncp,ncp->nc", planes, planes) / pixels
+    # variance of flat images to cancellation; summing the uint8 values with a wider
+    # accumulator needs no widened copy of the chunk.
+    planes = crops.transpose(0, 3, 1, 2).reshape(n, channels, pixels)
+    mean_c = planes.sum(axis=2, dtype=np.uint32) / pixels
+    square_c = np.einsum("ncp,ncp->nc", planes, planes, dtype=np.int32) / pixels
     mean = mean_c.mean(axis=1)
     within = (square_c - mean_c * mean_c).mean(axis=1)
     between = ((mean_c - mean[:, None]) ** 2).mean(axis=1)
     stddev = np.sqrt(np.maximum(factor * factor * within + between, 0.0))
     scale = 1.0 / np.maximum(stddev, 1.0 / np.sqrt(channels * pixels))
-    gain = (factor * scale).astype(np.float32)
+    gain = (factor * scale).astype(np.float32)[:, None, None]
     offset = (((1.0 - factor)[:, None] * mean_c - mean[:, None]) * scale[:, None]).astype(
         np.float32
-    )
-    out = to_float(crops)
-    out *= gain[:, None, None, None]
-    out += offset[:, None, None, :]
+    )[:, :, None]
+    out = np.empty((n, height, width, channels), dtype=np.float32)
+    flat = out.reshape(n, pixels, channels)
+    # A few images at a time: the float planes stay in cache and are reused, so the only
+    # large allocation is the result (see _AFFINE_BLOCK). numpy interleaves planes several
+    # times faster one channel at a time (a long strided inner loop) than all at once (an
+    # inner loop of `channels` elements).
+    block = max(1, min(n, _AFFINE_BLOCK))
+    scratch = np.empty((block, channels, pixels), dtype=np.float32)
+    for start in range(0, n, block):
+        stop = min(start + block, n)
+        tmp = scratch[: stop - start]
+        np.multiply(planes[start:stop], gain[start:stop], out=tmp)
+        tmp += offset[start:stop]
+        for c in range(channels):
+            flat[start:stop, :, c] = tmp[:, c]
     return out
 
 
@@ -353,7 +377,8 @@ def eval_images(images: np.ndarray[Any, Any], *, size: int = IMAGE_SIZE) -> np.n
         size: Side of the crop.
 
     Returns:
-        ``(n, size, size, 3)`` float32, each image with zero mean and unit variance.
+        A new C-contiguous ``(n, size, size, 3)`` float32 array, each image with zero
+        mean and unit variance.
 
     Raises:
         ValueError: ``size`` does not fit the images.
