@@ -70,8 +70,10 @@ def _load_madvise() -> Any:
     return _madvise
 
 
-def _prefault(owner: weakref.ref[SlabCodec], cols: list[np.ndarray[Any, Any]], rows: int) -> None:
-    """Fault in the first ``rows`` rows of each of ``cols``; runs on its own thread.
+def _prefault(
+    owner: weakref.ref[SlabCodec], cols: list[np.ndarray[Any, Any]], first: int, stop: int
+) -> None:
+    """Fault in rows ``first`` to ``stop`` of each of ``cols``; runs on its own thread.
 
     Stops when the codec is gone or has replaced its slab, or when the kernel refuses
     (``MADV_POPULATE_WRITE`` is unknown before Linux 5.14). ``cols`` holds the arrays, so
@@ -82,10 +84,9 @@ def _prefault(owner: weakref.ref[SlabCodec], cols: list[np.ndarray[Any, Any]], r
         return
     page = mmap.PAGESIZE
     for j, col in enumerate(cols):
-        start = col.ctypes.data
-        end = start + rows * (col.nbytes // max(len(col), 1))
-        addr = -(-start // page) * page
-        end = end // page * page
+        row_bytes = col.nbytes // max(len(col), 1)
+        addr = -(-(col.ctypes.data + first * row_bytes) // page) * page
+        end = (col.ctypes.data + stop * row_bytes) // page * page
         while addr < end:
             codec = owner()
             if codec is None or j >= len(codec._cols) or codec._cols[j] is not col:
@@ -176,7 +177,7 @@ class SlabCodec(TypedCodec):
             # Those are the slots handed out next: fault them in off the event loop.
             self.prefaulting = threading.Thread(
                 target=_prefault,
-                args=(weakref.ref(self), cols, old + ahead),
+                args=(weakref.ref(self), cols, old, old + ahead),
                 name="asyncreader-slab-prefault",
                 daemon=True,
             )

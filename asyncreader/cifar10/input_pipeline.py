@@ -430,8 +430,9 @@ class ImageChunker:
 
     The images array of an earlier call is written again once nothing references it
     any more (a queue copies what it stores, so after ``enqueue_many`` returns, only the
-    chunker does): fresh memory for every chunk would be faulted in again each time.
-    An array, or any view of it, that is still referenced is never reused.
+    chunker does): fresh memory for every chunk would be faulted in again each time. It
+    keeps up to three such arrays of full chunks; one that is still referenced, or has a
+    live view, is never reused.
 
     Args:
         reader: A ``FixedLengthRecordReader(RECORD_BYTES)``.
