@@ -44,6 +44,10 @@ class RandomShuffleQueue(QueueBase[ElementT]):
     queue holds only its elements' bytes. Storing rows of the enqueued batches instead would
     keep each batch alive until its last row is drawn, which in random order takes long:
     several times the queue's own size. Without shapes, rows are kept as in FIFOQueue.
+    The ``min_after_dequeue`` rows a queue must fill before its first dequeue are faulted in
+    on a short-lived helper thread when the slab is first reserved (Linux 5.14 and later,
+    slabs of 4 MB and more), so the event loop does not stall on fresh pages as they are
+    stored; the memory is that the queue uses anyway once it is filled.
 
     Ordering of blocked callers, progressive batches, closing and cancellation behave as in
     :class:`~asyncreader.FIFOQueue`, including its fairness note: an operation that can
@@ -114,6 +118,9 @@ class RandomShuffleQueue(QueueBase[ElementT]):
             seed = value
         self._min_after_dequeue = min_after_dequeue
         self._hold = min_after_dequeue
+        if isinstance(codec, SlabCodec):
+            # While open, no dequeue happens before this many elements are stored.
+            codec.prefault_rows = min_after_dequeue
         self._seed = seed
         # Single removals draw from random.Random (cheap per call); batches draw their
         # indices at once from a numpy Generator seeded from it.

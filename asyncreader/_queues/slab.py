@@ -12,10 +12,23 @@ An element from ``enqueue_many`` is stored as a *slot* (an int): taken from the 
 when the element is inserted into the queue, returned to it when a dequeue copies the
 element out. An element from a single ``enqueue`` keeps its one-row batch (a row), which
 pins nothing else and costs no copy; the two kinds mix freely.
+
+A fresh slab's memory is faulted in by the kernel the first time each page is written: for
+a CIFAR-10 shuffle queue of 20,000 float32 crops, 140 MB that took 0.05-0.4 s of the event
+loop's time inside :meth:`SlabCodec.store_many` (the slow end when the virtual machine's
+host backs the memory lazily). Rows the queue is certain to fill (``prefault_rows``, a
+RandomShuffleQueue's ``min_after_dequeue``) are therefore faulted in ahead on a short-lived
+thread with Linux's ``MADV_POPULATE_WRITE`` (5.14 and later), which maps the pages without
+writing to them, so it never races with the rows being stored; elsewhere nothing changes.
 """
 
 from __future__ import annotations
 
+import ctypes
+import mmap
+import sys
+import threading
+import weakref
 from typing import Any, Final
 
 import numpy as np
@@ -29,6 +42,60 @@ __all__ = ["SlabCodec"]
 _INITIAL_ROWS: Final = 64
 #: The largest slab reserved whole for a bounded queue (address space, not memory).
 _RESERVE_BYTES: Final = 8 << 30
+#: Slabs smaller than this are not worth a thread to fault in ahead.
+_PREFAULT_MIN_BYTES: Final = 4 << 20
+#: Bytes faulted in per call, so that a dropped queue's thread stops soon.
+_PREFAULT_STEP: Final = 8 << 20
+#: Linux's ``MADV_POPULATE_WRITE``.
+_MADV_POPULATE_WRITE: Final = 23
+
+_madvise: Any = None
+_madvise_loaded = False
+
+
+def _load_madvise() -> Any:
+    """Return libc's ``madvise`` through ctypes (which releases the GIL), or None."""
+    global _madvise, _madvise_loaded
+    if not _madvise_loaded:
+        _madvise_loaded = True
+        if sys.platform.startswith("linux"):
+            try:
+                fn = ctypes.CDLL(None, use_errno=True).madvise
+            except (OSError, AttributeError):
+                fn = None
+            if fn is not None:
+                fn.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+                fn.restype = ctypes.c_int
+            _madvise = fn
+    return _madvise
+
+
+def _prefault(
+    owner: weakref.ref[SlabCodec], cols: list[np.ndarray[Any, Any]], first: int, stop: int
+) -> None:
+    """Fault in rows ``first`` to ``stop`` of each of ``cols``; runs on its own thread.
+
+    Stops when the codec is gone or has replaced its slab, or when the kernel refuses
+    (``MADV_POPULATE_WRITE`` is unknown before Linux 5.14). ``cols`` holds the arrays, so
+    their memory stays mapped while this runs.
+    """
+    madvise = _load_madvise()
+    if madvise is None:
+        return
+    page = mmap.PAGESIZE
+    for j, col in enumerate(cols):
+        row_bytes = col.nbytes // max(len(col), 1)
+        addr = -(-(col.ctypes.data + first * row_bytes) // page) * page
+        end = (col.ctypes.data + stop * row_bytes) // page * page
+        while addr < end:
+            codec = owner()
+            if codec is None or j >= len(codec._cols) or codec._cols[j] is not col:
+                return
+            del codec
+            step = min(_PREFAULT_STEP, end - addr)
+            if madvise(addr, step, _MADV_POPULATE_WRITE) != 0:
+                return
+            addr += step
 
 
 class SlabCodec(TypedCodec):
@@ -39,7 +106,16 @@ class SlabCodec(TypedCodec):
     :meth:`decode_many` copy slots out and free them.
     """
 
-    __slots__ = ("_cols", "_free", "_limit", "_objects", "_rows")
+    __slots__ = (
+        "__weakref__",
+        "_cols",
+        "_free",
+        "_limit",
+        "_objects",
+        "_rows",
+        "prefault_rows",
+        "prefaulting",
+    )
 
     # Rows are copied into the slab as they are inserted: enqueue_many needs no copy of
     # its own. (A blocked enqueue_many reads the caller's arrays until its rows are in.)
@@ -63,6 +139,11 @@ class SlabCodec(TypedCodec):
         self._objects = [i for i, dtype in enumerate(self.dtypes) if dtype.kind == "O"]
         # Rows (not slots) stored or held by dequeuers: while 0, a batch is all slots.
         self._rows = 0
+        #: Rows certain to be filled (set by the queue), faulted in ahead when the slab
+        #: is first reserved (see the module docstring).
+        self.prefault_rows = 0
+        #: The thread faulting them in, if one was started.
+        self.prefaulting: threading.Thread | None = None
 
     @property
     def allocated(self) -> int:
@@ -91,6 +172,16 @@ class SlabCodec(TypedCodec):
         self._cols = cols
         # Lowest slots at the end: they are handed out first, keeping the slab dense.
         self._free[:0] = range(new - 1, old - 1, -1)
+        ahead = min(self.prefault_rows, new) - old
+        if ahead * self._row_bytes() >= _PREFAULT_MIN_BYTES and not self._objects:
+            # Those are the slots handed out next: fault them in off the event loop.
+            self.prefaulting = threading.Thread(
+                target=_prefault,
+                args=(weakref.ref(self), cols, old, old + ahead),
+                name="asyncreader-slab-prefault",
+                daemon=True,
+            )
+            self.prefaulting.start()
 
     def keep_row(self, row: Row) -> Row:
         """Store one element from ``enqueue`` as its own row (see the module docstring)."""

@@ -166,3 +166,42 @@ async def test_a_file_cut_mid_record_reads_its_whole_records(small_cifar10: Path
     want_images, want_labels = cifar10.parse_records(whole.reshape(10, -1))
     np.testing.assert_array_equal(chunks[0][1], want_labels)
     np.testing.assert_array_equal(chunks[0][0], cifar10.eval_images(want_images))
+
+
+@pytest.mark.both_backends
+@pytest.mark.anyio
+async def test_chunker_reuses_an_images_array_only_once_nothing_references_it(
+    small_cifar10: Path,
+) -> None:
+    """A released array is written again (no fresh memory per chunk); one still held, or
+    viewed, keeps its values."""
+    import weakref
+
+    path = small_cifar10 / cifar10.TRAIN_FILES[0]
+    seed = [3, 4]
+    queue = await _file_queue(path, path)
+    async with ar.FixedLengthRecordReader(cifar10.RECORD_BYTES) as reader:
+        chunker = cifar10.ImageChunker(reader, queue, chunk_size=40, seed=seed)
+        with anyio.fail_after(20):
+            first, _ = await chunker()
+            released = weakref.ref(first)
+            del first
+            second, _ = await chunker()  # the released array, written again
+            assert second is released()
+            view = second[5:7]
+            kept = view.copy()
+            del second
+            held, _ = await chunker()  # a view holds the array: a new one
+            assert not np.shares_memory(held, view)
+            chunks = [held, *(images for images, _ in await _drain(chunker))]
+    np.testing.assert_array_equal(view, kept)
+    # Every chunk has the values numpy computes, whatever array it was written into.
+    rng = np.random.default_rng(seed)
+    records = np.concatenate([_records(path)] * 2)
+    for i in range(len(chunks) + 2):
+        images, _ = cifar10.parse_records(records[i * 40 : (i + 1) * 40])
+        want = cifar10.distort_images(images, rng)
+        if i == 1:
+            np.testing.assert_array_equal(kept, want[5:7])
+        if i >= 2:
+            np.testing.assert_array_equal(chunks[i - 2], want)

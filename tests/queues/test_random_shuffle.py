@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
+import ctypes
+import mmap
 import re
+import sys
+import threading
 
 import anyio
+import anyio.to_thread
 import numpy as np
 import pytest
 
 import asyncreader as ar
+from asyncreader._queues.slab import SlabCodec
 
 pytestmark = pytest.mark.anyio
 
@@ -283,3 +289,68 @@ async def test_typed_elements_round_trip_through_the_slab() -> None:
     await q.enqueue_many((images * 0 - 1, names, codes))
     np.testing.assert_array_equal(got_images, snapshot)
     np.testing.assert_array_equal(one[0], snapshot[0])
+
+
+# -- a fresh slab's pages are faulted in ahead, off the event loop ----------------------
+
+
+def _rss_bytes() -> int:
+    with open("/proc/self/statm", "rb") as f:
+        return int(f.read().split()[1]) * mmap.PAGESIZE
+
+
+def _populate_write_works() -> bool:
+    """Whether this kernel knows MADV_POPULATE_WRITE (Linux 5.14 and later)."""
+    from asyncreader._queues import slab
+
+    madvise = slab._load_madvise()
+    if madvise is None:
+        return False
+    m = mmap.mmap(-1, mmap.PAGESIZE)
+    try:
+        addr = ctypes.addressof(ctypes.c_char.from_buffer(m))
+        return bool(madvise(addr, mmap.PAGESIZE, slab._MADV_POPULATE_WRITE) == 0)
+    finally:
+        m.close()
+
+
+@pytest.mark.both_backends
+@pytest.mark.skipif(
+    not sys.platform.startswith("linux") or not _populate_write_works(),
+    reason="needs Linux's MADV_POPULATE_WRITE",
+)
+async def test_rows_the_queue_must_fill_are_faulted_in_ahead_on_another_thread() -> None:
+    """Nothing is dequeued before min_after_dequeue elements are stored, so as soon as the
+    slab is reserved their pages are faulted in by a helper thread instead of one page
+    at a time on the event loop as rows are stored; the rest of the reserve is left
+    untouched, and the stored values are what was enqueued."""
+    row, mad = 64 * 1024, 1000
+    q = ar.RandomShuffleQueue(mad + 100, mad, dtypes=[np.uint8], shapes=[[row]], seed=1)
+    before = _rss_bytes()
+    await q.enqueue_many(np.full((4, row), 7, np.uint8))
+    codec = q._codec
+    assert isinstance(codec, SlabCodec)
+    thread = codec.prefaulting
+    assert thread is not None
+    assert thread is not threading.current_thread()
+    with anyio.fail_after(20):
+        await anyio.to_thread.run_sync(thread.join, 15)
+    assert not thread.is_alive()
+    grown = _rss_bytes() - before
+    # min_after_dequeue rows resident (64 MB), not the whole reserve of 1,375 rows (86 MB).
+    assert 0.95 * mad * row <= grown <= mad * row + (8 << 20), grown
+    values = np.arange(20, dtype=np.uint8)[:, None].repeat(row, axis=1)
+    await q.enqueue_many(values)
+    await q.close()
+    got = await q.dequeue_many(24)
+    firsts = sorted(got[:, 0].tolist())
+    assert firsts == [0, 1, 2, 3, 4, 5, 6, 7, 7, 7, 7, 7, *range(8, 20)]
+    assert all((r == r[0]).all() for r in got)
+
+
+async def test_small_slabs_are_not_faulted_in_ahead() -> None:
+    q = ar.RandomShuffleQueue(100, 50, dtypes=[np.float32], shapes=[[4]], seed=1)
+    await q.enqueue_many(np.zeros((8, 4), np.float32))
+    codec = q._codec
+    assert isinstance(codec, SlabCodec)
+    assert codec.prefaulting is None
