@@ -70,6 +70,7 @@ from .abandoned import AbandonedCalls
 from .buffer import ReadAheadBuffer, join_batches
 from .hook_path import HookPath
 from .keys import RecordKeys
+from .reserved import check_subclass
 from .runtime_protocols import RuntimeProtocols
 from .saved_state import SavedState
 from .state import ReaderState, encode_tf_proto
@@ -192,6 +193,7 @@ class ReaderBase(
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
+        check_subclass(cls)
         # Decide once per class how each hook is called.
         cls._async_hooks = frozenset(
             name for name in _HOOKS if inspect.iscoroutinefunction(getattr(cls, name))

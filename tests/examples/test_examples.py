@@ -32,11 +32,17 @@ def small_cifar10(tmp_path: Path) -> Path:
 
 
 def test_every_example_is_tested() -> None:
-    tested = {"cifar10_train", "custom_reader", "tfrecord_example_roundtrip", "web_service"}
+    tested = {
+        "aiofiles_reader",
+        "cifar10_train",
+        "custom_reader",
+        "tfrecord_example_roundtrip",
+        "web_service",
+    }
     assert {path.stem for path in EXAMPLES.glob("*.py")} == tested
 
 
-@pytest.mark.parametrize("name", ["custom_reader", "tfrecord_example_roundtrip"])
+@pytest.mark.parametrize("name", ["aiofiles_reader", "custom_reader", "tfrecord_example_roundtrip"])
 def test_example_runs_as_a_script(name: str) -> None:
     done = subprocess.run(
         [sys.executable, str(EXAMPLES / f"{name}.py")],
@@ -56,6 +62,40 @@ def test_custom_reader_reads_every_record(capsys: pytest.CaptureFixture[str]) ->
     # Keys are "<work item>:<byte offset of the record>".
     assert [key.rsplit(b":", 1)[1] for key, _ in records] == [b"0", b"5", b"9"]
     assert "records.lp:9 b'xyz'" in capsys.readouterr().out
+
+
+def test_aiofiles_reader_goes_on_exactly_from_its_saved_state(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    first, rest = load_example("aiofiles_reader")["main"]()
+    assert first == [b"alpha", b"", b"beta"]
+    assert rest == [b"gamma" * 5, b"delta", b"epsilon"]
+    assert "then stopped at b'records.lp:13'" in capsys.readouterr().out
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+async def test_aiofiles_reader_reads_big_files_and_names_a_cut(tmp_path: Path) -> None:
+    import asyncreader as ar
+
+    example = load_example("aiofiles_reader")
+    head = example["_HEAD"]
+    records = [bytes([i % 251]) * (i % 700) for i in range(3000)]
+    data = b"".join(head.pack(len(r)) + r for r in records)
+    (tmp_path / "a.lp").write_bytes(data)
+    (tmp_path / "b.lp").write_bytes(data[:-5])  # the last record cut short
+    queue = ar.FIFOQueue(None)
+    await queue.enqueue_many([str(tmp_path / "a.lp"), str(tmp_path / "b.lp")])
+    await queue.close()
+    got: list[bytes] = []
+    async with example["AsyncLengthPrefixedReader"](chunk=4096) as reader:
+        while len(got) < 2 * len(records) - 1:
+            got += (await reader.read_batch(queue, 500)).tolist()
+        with pytest.raises(ar.DataLossError, match="truncated record") as info:
+            await reader.read_up_to(queue, 500)
+    assert got == records + records[:-1]
+    assert info.value.offset == len(data) - len(head.pack(0)) - len(records[-1])
+    assert str(tmp_path / "b.lp") in str(info.value)
 
 
 @pytest.mark.parametrize("compression", [None, "ZLIB", "GZIP"])
