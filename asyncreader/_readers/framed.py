@@ -189,6 +189,22 @@ class FramedReader(BufferedReader):
     _rereadable: ClassVar[bool] = True
 
     def _reread(self, work: bytes, wanted: list[int]) -> list[bytes]:
+        try:
+            return self._reread_records(work, wanted)
+        except DataLossError as exc:
+            if "since the checkpoint" in exc.message:
+                raise
+            # A framing error here means the bytes are not what the checkpoint read.
+            raise DataLossError(
+                f"{exc.message} while reading records again for a restore: the file "
+                "changed since the checkpoint, or its records were not read by a "
+                f"{self._reread_as()}",
+                work_item=exc.work_item,
+                record=exc.record,
+                offset=exc.offset,
+            ) from exc
+
+    def _reread_records(self, work: bytes, wanted: list[int]) -> list[bytes]:
         found: list[bytes] = []
         f = open_work_item(work)
         try:
@@ -200,7 +216,8 @@ class FramedReader(BufferedReader):
                     framer, at_end = self._framer_at(f, work, key), False
                 elif at_end:
                     raise DataLossError(
-                        "record not found: the file changed since the checkpoint",
+                        "record not found: the file changed since the checkpoint, or its "
+                        f"records were not read by a {self._reread_as()}",
                         work_item=work,
                         record=key,
                     )
@@ -219,7 +236,7 @@ class FramedReader(BufferedReader):
                 else:
                     ints, values = framer.finish()
                     at_end = True
-                self._pick(work, wanted, found, ints, values)
+                self._pick(work, wanted, found, ints, values, self._reread_as())
         finally:
             f.close()
         return found
@@ -244,9 +261,19 @@ class FramedReader(BufferedReader):
         f.seek(0 if target is None else target)  # compressed: inflate up to it again
         return self._new_framer(work, position, key, f.size)
 
+    def _reread_as(self) -> str:
+        """The reader type and arguments that records are read again as, for messages."""
+        arguments = ", ".join(f"{k}={v!r}" for k, v in sorted(self._config().items()))
+        return f"{type(self).__name__}({arguments})"
+
     @staticmethod
     def _pick(
-        work: bytes, wanted: list[int], found: list[bytes], ints: list[int], values: list[bytes]
+        work: bytes,
+        wanted: list[int],
+        found: list[bytes],
+        ints: list[int],
+        values: list[bytes],
+        reader: str,
     ) -> None:
         """Append to ``found`` the values of the records of ``wanted`` framed just now.
 
@@ -264,7 +291,8 @@ class FramedReader(BufferedReader):
             lo = bisect_left(ints, key, lo)
             if ints[lo] != key:  # framed past it: no record starts there
                 raise DataLossError(
-                    "no record starts here: the file changed since the checkpoint",
+                    "no record starts here: the file changed since the checkpoint, or its "
+                    f"records were not read by a {reader}",
                     work_item=work,
                     record=key,
                 )

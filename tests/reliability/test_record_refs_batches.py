@@ -195,6 +195,9 @@ async def test_record_batches_of_another_reader_type_are_refused(tmp_path: Path)
     with pytest.raises(ar.DataLossError) as info:
         await run(READERS["fixed"], restore=state)
     assert info.value.work_item in {p.encode() for p in paths}
+    # The message gives both causes: a changed file, or records of another reader.
+    assert "the file changed since the checkpoint" in info.value.message
+    assert "were not read by a TFRecordReader(" in info.value.message
 
 
 async def test_record_refs_must_name_components_of_the_keys_and_values(tmp_path: Path) -> None:
