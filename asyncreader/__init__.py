@@ -116,6 +116,9 @@ from ._pipeline.batching import (
 from ._pipeline.input_producer import (
     ProducerStatistics as ProducerStatistics,
 )
+from ._pipeline.patterns import (
+    match_filenames_once as match_filenames_once,
+)
 from ._pipeline.producers import (
     input_producer as input_producer,
 )
@@ -201,6 +204,7 @@ __all__ = [
     "input_producer",
     "InvalidArgumentError",
     "limit_epochs",
+    "match_filenames_once",
     "maybe_batch",
     "maybe_batch_join",
     "maybe_shuffle_batch",

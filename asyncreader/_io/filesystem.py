@@ -29,6 +29,7 @@ from .._errors import (
     DataLossError,
     FailedPreconditionError,
     InvalidArgumentError,
+    NotFoundError,
     map_io_errors,
 )
 
@@ -38,6 +39,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "READ_BLOCK",
+    "match_work_items",
     "RandomAccessFile",
     "WorkItem",
     "is_url",
@@ -431,3 +433,74 @@ def read_whole(work: WorkItem) -> bytes:
             parts.append(block)
     finally:
         f.close()
+
+
+_MAGIC = re.compile(r"[*?[]")
+
+
+def has_glob_magic(pattern: str) -> bool:
+    """Whether ``pattern`` has glob wildcards (``*``, ``?``, ``[...]``)."""
+    return _MAGIC.search(pattern) is not None
+
+
+def match_work_items(patterns: list[str]) -> list[str]:
+    """Return the files matching any of ``patterns``, sorted, each once. Blocks.
+
+    Local patterns follow :func:`glob.glob` (``**`` spans directories); URL patterns go
+    through fsspec's ``glob`` and come back as URLs of the same scheme. A pattern without
+    wildcards names one file, which must exist. Directories are never matched.
+
+    Raises:
+        NotFoundError: a pattern matches no file (naming the pattern).
+        FailedPreconditionError: a URL pattern and fsspec is not installed.
+    """
+    import glob
+
+    found: set[str] = set()
+    for pattern in patterns:
+        matches: list[str]
+        if is_url(pattern) and not pattern.lower().startswith("file://"):
+            matches = _match_url(pattern)
+        else:
+            local = pattern[len("file://") :] if pattern.lower().startswith("file://") else pattern
+            with map_io_errors(pattern):
+                matches = [
+                    m
+                    for m in glob.glob(os.path.expanduser(local), recursive=True)
+                    if os.path.isfile(m)
+                ]
+        if not matches:
+            raise NotFoundError(f"no file matches {pattern!r}", work_item=pattern)
+        found.update(matches)
+    return sorted(found)
+
+
+def _match_url(pattern: str) -> list[str]:
+    scheme = _SCHEME.match(pattern)
+    assert scheme is not None
+    try:
+        import fsspec
+    except ImportError:
+        raise FailedPreconditionError(
+            f"matching {pattern!r} needs fsspec: install the extra with "
+            "pip install 'asyncreader[remote]'",
+            work_item=pattern,
+        ) from None
+    try:
+        with map_io_errors(pattern):
+            fs, path = fsspec.core.url_to_fs(pattern)
+            if not has_glob_magic(path):
+                return [pattern] if fs.isfile(path) else []
+            paths = fs.glob(path, detail=True)
+    except Exception as exc:
+        if _timed_out(exc):
+            raise _timeout_error(pattern, "listing") from exc
+        raise
+    # fsspec gives paths without the scheme; hand back URLs of the pattern's scheme.
+    prefix = scheme[0]
+    urls = []
+    for found, info in paths.items():
+        if info.get("type") != "file":
+            continue
+        urls.append(found if _SCHEME.match(found) else prefix + found.lstrip("/"))
+    return urls
