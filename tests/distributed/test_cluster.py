@@ -167,3 +167,14 @@ def test_rank_without_a_cluster_is_an_error() -> None:
         ar.Session(rank=0)
     with pytest.raises(ar.InvalidArgumentError, match="need a cluster"):
         ar.Session(world_size=2)
+
+
+async def test_a_producer_with_shared_name_in_a_clustered_session_is_refused() -> None:
+    # Every rank would run its own producer into the one shared queue: each item N times.
+    async with ar.Session(cluster=FakeCluster(), rank=0, world_size=2):
+        with pytest.raises(ar.FailedPreconditionError, match=r"shared_name='files'.*cluster"):
+            ar.string_input_producer(["a", "b"], shared_name="files")
+        with pytest.raises(ar.FailedPreconditionError, match="range_input_producer"):
+            ar.range_input_producer(4, shared_name="ids")
+        files = ar.string_input_producer(["a", "b"], num_epochs=1, shuffle=False)
+        assert [await files.dequeue(), await files.dequeue()] == ["a", "b"]
