@@ -248,3 +248,28 @@ async def test_the_last_session_out_deletes_the_jobs_actors(
         names = {a["name"] for a in ray_env.named_actors(namespace)}
         assert names == {"asyncreader:job", "asyncreader:localhost/queue/a"}
     assert ray_env.named_actors(namespace) == []
+
+
+async def test_delete_job_cleans_up_after_ranks_that_never_ended(
+    ray_env: RayEnv, namespace: str
+) -> None:
+    c = cluster(namespace)
+    async with ar.Session(cluster=c, rank=0, world_size=2):
+        ar.FIFOQueue(None, shared_name="a")
+        with pytest.raises(ar.FailedPreconditionError, match="rank 0 of this job is already"):
+            async with ar.Session(cluster=c, rank=0, world_size=2):
+                pass
+        with pytest.raises(ar.FailedPreconditionError, match="world_size=3"):
+            async with ar.Session(cluster=c, rank=1, world_size=3):
+                pass
+    # Rank 1 never came (as if it died): the job's actors stay until deleted.
+    names = {a["name"] for a in ray_env.named_actors(namespace)}
+    assert names == {"asyncreader:job", "asyncreader:localhost/queue/a"}
+    with anyio.fail_after(30):
+        killed = await c.delete_job()
+    assert sorted(killed) == sorted(names)
+    for _ in range(600):  # the kills take effect within moments
+        if not ray_env.named_actors(namespace):
+            break
+        await anyio.sleep(0.05)
+    assert ray_env.named_actors(namespace) == []
