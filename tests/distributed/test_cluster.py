@@ -178,3 +178,20 @@ async def test_a_producer_with_shared_name_in_a_clustered_session_is_refused() -
             ar.range_input_producer(4, shared_name="ids")
         files = ar.string_input_producer(["a", "b"], num_epochs=1, shuffle=False)
         assert [await files.dequeue(), await files.dequeue()] == ["a", "b"]
+
+
+@pytest.mark.parametrize("backend", ["asyncio", "trio"])
+def test_a_wakeup_after_the_run_ended_is_ignored(backend: str) -> None:
+    # Ray completes a ref's future from its own thread, possibly after the waiting run
+    # ended (the wait was cancelled and the program went on): the callback must not raise.
+    import anyio
+
+    from asyncreader._distributed.awaiting import _waker
+
+    wakers = []
+
+    async def main() -> None:
+        wakers.append(_waker(anyio.Event()))
+
+    anyio.run(main, backend=backend)
+    wakers[0](None)  # the loop is closed / the trio run has finished
