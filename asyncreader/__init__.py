@@ -23,9 +23,10 @@ Everything public is importable from here: ``import asyncreader as ar``.
 #   7. _queues       FIFO, random-shuffle, padding, priority queues; record references
 #   8. _readers      the reader protocol and the readers of each format
 #   9. _pipeline     input producers and batching
-#  10. cifar10       the CIFAR-10 format, TensorFlow's input functions, synthetic data
-#  11. _demo         the training run of ``asyncreader demo``
-#  12. _cli          the command line
+#  10. _distributed  queues shared across processes on Ray (Ray imported lazily)
+#  11. cifar10       the CIFAR-10 format, TensorFlow's input functions, synthetic data
+#  12. _demo         the training run of ``asyncreader demo``
+#  13. _cli          the command line
 #
 # No ``from __future__ import annotations`` and no plain module imports here: every name
 # this module binds is either in ``__all__`` or private, so ``dir(asyncreader)`` shows only
@@ -50,6 +51,8 @@ from ._decoders.features import SparseTensorValue as SparseTensorValue
 from ._decoders.features import VarLenFeature as VarLenFeature
 from ._decoders.policy import DecodeErrors as DecodeErrors
 from ._decoders.raw import decode_raw as decode_raw
+from ._distributed.cluster import RayCluster as RayCluster
+from ._distributed.remote_queue import RemoteQueue as RemoteQueue
 from ._error_policy import DeadLetter as DeadLetter
 from ._error_policy import ErrorPolicy as ErrorPolicy
 from ._errors import (
@@ -229,6 +232,8 @@ __all__ = [
     "ResourceExhaustedError",
     "ResourceMgr",
     "Session",
+    "RayCluster",
+    "RemoteQueue",
     "SessionStatistics",
     "set_io_threads",
     "set_remote_timeouts",

@@ -23,11 +23,12 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 import anyio
 import numpy as np
 
-from .._errors import InvalidArgumentError, OutOfRangeError
+from .._errors import FailedPreconditionError, InvalidArgumentError, OutOfRangeError
 from .._queues.fifo import FIFOQueue
 from .._runtime.checkpoint import owned_resources
 from .._runtime.context import current_checkpointer, current_session
 from .._runtime.queue_runner import QueueRunner
+from .._runtime.resources import current_resources
 from .common import resolve_coordinator
 from .input_producer import InputProducer
 from .structure import format_shape
@@ -98,6 +99,14 @@ def _start(
 
     ``inputs``: what identifies the input in checkpoints, when it is not ``rows``.
     """
+    backend = current_resources().backend
+    if shared_name and backend is not None and backend.shares(FIFOQueue):
+        # Each rank would run its own producer into the one shared queue: every item
+        # would be enqueued once per rank.
+        raise FailedPreconditionError(
+            f"{what} with shared_name={shared_name!r} in a Session with a cluster is not "
+            "available yet: fill a shared FIFOQueue from one rank (enqueue_many, then close)"
+        )
     owner = resolve_coordinator(coord, what)
     session = current_session()
     if session is not None and session.deterministic and shuffle and seed is None:
@@ -172,7 +181,8 @@ def string_input_producer(
         InvalidArgumentError: ``string_tensor`` is empty
             (``string_input_producer requires a non-null input tensor``) or not 1-D;
             ``num_epochs <= 0`` (``num_epochs must be > 0 not <n>``).
-        FailedPreconditionError: no ``coord`` was given and no Coordinator is current.
+        FailedPreconditionError: no ``coord`` was given and no Coordinator is current,
+            or ``shared_name`` was given in a Session with a cluster.
     """
     what = "string_input_producer"
     epochs = _check_num_epochs(num_epochs)
@@ -221,7 +231,8 @@ def range_input_producer(
 
     Raises:
         InvalidArgumentError: ``limit < 1`` (the input would be empty); ``num_epochs <= 0``.
-        FailedPreconditionError: no ``coord`` was given and no Coordinator is current.
+        FailedPreconditionError: no ``coord`` was given and no Coordinator is current,
+            or ``shared_name`` was given in a Session with a cluster.
     """
     what = "range_input_producer"
     epochs = _check_num_epochs(num_epochs)
@@ -271,7 +282,8 @@ def input_producer(
         InvalidArgumentError: the input is empty (``input_producer requires a non-null
             input tensor``) or a scalar; ``element_shape`` does not match the rows;
             ``num_epochs <= 0``.
-        FailedPreconditionError: no ``coord`` was given and no Coordinator is current.
+        FailedPreconditionError: no ``coord`` was given and no Coordinator is current,
+            or ``shared_name`` was given in a Session with a cluster.
     """
     what = "input_producer"
     epochs = _check_num_epochs(num_epochs)
@@ -387,7 +399,8 @@ def slice_input_producer(
             (``Expected at least one tensor in slice_input_producer().``); the arrays'
             first dimensions differ (TensorFlow fails later, at gather time) or are 0;
             ``num_epochs <= 0``.
-        FailedPreconditionError: no ``coord`` was given and no Coordinator is current.
+        FailedPreconditionError: no ``coord`` was given and no Coordinator is current,
+            or ``shared_name`` was given in a Session with a cluster.
     """
     epochs = _check_num_epochs(num_epochs)
     keys: tuple[Any, ...] | None = None

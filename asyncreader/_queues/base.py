@@ -467,6 +467,25 @@ class QueueBase(QueueCheckpointing, BatchedDequeue, SharedResource, Generic[Elem
                 self._notify()
         return False
 
+    def _return_dequeued(self, result: Any, *, many: bool) -> None:
+        """Put back at the front what a dequeue returned to a caller that never got it.
+
+        A queue hosted for other processes calls this when a remote dequeue is withdrawn
+        after it completed (the caller was cancelled while the result travelled): the
+        elements go back as a cancelled local ``dequeue_many`` puts back its own.
+        """
+        if self._typed:
+            elems = self._codec.encode_many(result) if many else [self._codec.encode_one(result)]
+        else:
+            elems = list(result) if many else [result]
+        if not elems:
+            return
+        self._put_back(elems)
+        self._total_out -= len(elems)
+        if len(self._buf) > self._peak:
+            self._peak = len(self._buf)
+        self._notify()
+
     def _withdraw(self, side: deque[Attempt], w: Attempt) -> None:
         """Remove a finished, failed or cancelled attempt and pass any wakeup on."""
         with contextlib.suppress(ValueError):  # already removed

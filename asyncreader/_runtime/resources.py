@@ -16,7 +16,7 @@ from __future__ import annotations
 import re
 import threading
 from abc import ABCMeta
-from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol, TypeVar
 
 from .._errors import (
     AlreadyExistsError,
@@ -28,7 +28,15 @@ from . import context
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
 
-__all__ = ["DEFAULT_CONTAINER", "ResourceMgr", "SharedResource", "SharedResourceMeta"]
+__all__ = [
+    "DEFAULT_CONTAINER",
+    "ResourceMgr",
+    "SharedBackend",
+    "SharedCluster",
+    "SharedResource",
+    "SharedResourceMeta",
+    "check_shared_config",
+]
 
 T = TypeVar("T")
 
@@ -60,6 +68,51 @@ def _kind_of(resource: object) -> str:
     return kind if isinstance(kind, str) else _ANY_KIND
 
 
+class SharedBackend(Protocol):
+    """Where a :class:`ResourceMgr` files the shared resources that live outside the process.
+
+    A Session with a cluster gives its manager one (the higher ``_distributed`` layer
+    implements it): resources of the kinds it :meth:`shares` are then looked up in, or
+    created in, the cluster instead of the manager's own containers.
+    """
+
+    def shares(self, cls: type) -> bool:
+        """Whether resources of class ``cls`` built with a ``shared_name`` live in the backend."""
+        ...
+
+    def lookup_or_create(
+        self,
+        cls: type,
+        container: str,
+        name: str,
+        kind: str,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+    ) -> object:
+        """Return the resource ``cls(*args, **kwargs)`` shared as ``container/kind/name``.
+
+        Created once for every process that names it; a second construction asking for
+        another type or configuration raises :class:`~asyncreader.InvalidArgumentError`.
+        """
+        ...
+
+    async def open(self) -> None:
+        """Connect (the Session's block starts)."""
+        ...
+
+    async def aclose(self) -> None:
+        """Let go of every resource this backend handed out (the Session ends)."""
+        ...
+
+
+class SharedCluster(Protocol):
+    """What a Session needs of its ``cluster=``: a backend for one rank's session."""
+
+    def _session_backend(self, rank: int, world_size: int) -> SharedBackend:
+        """Return a new backend for the session of ``rank`` in a job of ``world_size`` ranks."""
+        ...
+
+
 class ResourceMgr:
     """Containers of named, shared resources.
 
@@ -70,10 +123,16 @@ class ResourceMgr:
 
     Args:
         default_container: The container used when a method is given ``None`` or ``""``.
+        backend: Where resources built with ``shared_name=`` of the kinds it shares live
+            (a cluster: see ``asyncreader.RayCluster``); ``None`` keeps them in this
+            manager.
     """
 
-    def __init__(self, default_container: str = DEFAULT_CONTAINER) -> None:
+    def __init__(
+        self, default_container: str = DEFAULT_CONTAINER, *, backend: SharedBackend | None = None
+    ) -> None:
         self.default_container = _validate_container(default_container)
+        self.backend = backend
         self._containers: dict[str, dict[tuple[str, str], object]] = {}
         self._lock = threading.RLock()
         self._creating = False
@@ -250,6 +309,11 @@ class SharedResourceMeta(ABCMeta):
             return obj
         _validate_shared_name(shared_name)
         kind: str = cls._resource_kind  # type: ignore[attr-defined]
+        backend = current_resources().backend
+        if backend is not None and backend.shares(cls):
+            shared = backend.lookup_or_create(cls, cname, shared_name, kind, args, kwargs)
+            context.track(shared)
+            return shared
         created = False
 
         def factory() -> object:
@@ -273,18 +337,33 @@ class SharedResourceMeta(ABCMeta):
 
 
 def _check_compatible(kind: str, name: str, existing: Any, candidate: Any) -> None:
-    if type(existing) is not type(candidate):
-        raise InvalidArgumentError(
-            f"Shared {kind} '{name}': expected {type(candidate).__name__}, "
-            f"found {type(existing).__name__}"
-        )
-    have: dict[str, object] = existing._shared_config()
-    want: dict[str, object] = candidate._shared_config()
-    for key in sorted(set(have) | set(want)):
-        if not _same(have.get(key), want.get(key)):
+    check_shared_config(
+        kind,
+        name,
+        (type(existing).__name__, existing._shared_config()),
+        (type(candidate).__name__, candidate._shared_config()),
+    )
+
+
+def check_shared_config(
+    kind: str,
+    name: str,
+    have: tuple[str, Mapping[str, object]],
+    want: tuple[str, Mapping[str, object]],
+) -> None:
+    """Raise unless a shared resource's ``(type name, configuration)`` is the one asked for.
+
+    Raises:
+        InvalidArgumentError: naming the resource and the first difference.
+    """
+    if have[0] != want[0]:
+        raise InvalidArgumentError(f"Shared {kind} '{name}': expected {want[0]}, found {have[0]}")
+    config, asked = have[1], want[1]
+    for key in sorted(set(config) | set(asked)):
+        if not _same(config.get(key), asked.get(key)):
             raise InvalidArgumentError(
-                f"Shared {kind} '{name}' has {key} {have.get(key)!r} "
-                f"but requested {key} was {want.get(key)!r}"
+                f"Shared {kind} '{name}' has {key} {config.get(key)!r} "
+                f"but requested {key} was {asked.get(key)!r}"
             )
 
 

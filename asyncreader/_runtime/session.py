@@ -27,6 +27,7 @@ request handlers in other tasks call ``await sess.run(batcher.dequeue)``.
 
 from __future__ import annotations
 
+import os
 import weakref
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Self, TypeVar, TypeVarTuple
@@ -39,7 +40,7 @@ from .._errors import FailedPreconditionError, InvalidArgumentError
 from . import context, stages
 from .checkpoint import Checkpointable, Checkpointer
 from .coordinator import Coordinator, CoordinatorStatistics
-from .resources import ResourceMgr
+from .resources import ResourceMgr, SharedBackend, SharedCluster
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Iterable
@@ -53,6 +54,33 @@ T = TypeVar("T")
 Ts = TypeVarTuple("Ts")
 
 _CLOSED_MESSAGE = "Attempted to use a closed Session."
+
+
+def _ranks(cluster: object, rank: int | None, world_size: int | None) -> tuple[int, int]:
+    """Return ``(rank, world_size)``: given, else from RANK / WORLD_SIZE with a cluster."""
+    if cluster is None:
+        if rank is not None or world_size is not None:
+            raise InvalidArgumentError("rank and world_size need a cluster= to run in")
+        return 0, 1
+    r = _env_int("RANK", 0) if rank is None else rank
+    n = _env_int("WORLD_SIZE", 1) if world_size is None else world_size
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise InvalidArgumentError(f"world_size must be a positive int, got {n!r}")
+    if isinstance(r, bool) or not isinstance(r, int) or not 0 <= r < n:
+        raise InvalidArgumentError(f"rank must be an int in [0, {n}), got {r!r}")
+    return r, n
+
+
+def _env_int(variable: str, default: int) -> int:
+    text = os.environ.get(variable)
+    if text is None or not text.strip():
+        return default
+    try:
+        return int(text)
+    except ValueError:
+        raise InvalidArgumentError(
+            f"the {variable} environment variable must be an integer, got {text!r}"
+        ) from None
 
 
 class _TrackedState:
@@ -117,11 +145,22 @@ class Session:
             must carry a valid signature made with the same key; its content is then
             trusted. Without a key, a restore refuses to make the pipeline read any work
             item (path or URL) that this session's input producers were not given.
+        cluster: An :class:`~asyncreader.RayCluster`: queues built with ``shared_name=``
+            in the block are then one queue for every process of the job that names them
+            (see ``docs/guides/scale-out.md``). Entering the block connects to it.
+            ``None`` (the default): everything stays in this process.
+        rank: This process's rank in the job, ``0 <= rank < world_size``; by default the
+            ``RANK`` environment variable, else 0. Only with a ``cluster``.
+        world_size: How many ranks the job has; by default the ``WORLD_SIZE`` environment
+            variable, else 1. Only with a ``cluster``. The job's shared queues are
+            deleted when all of its ranks' sessions have ended.
 
     Raises:
         InvalidArgumentError: ``restore`` is not a valid checkpoint; its signature is
             missing, wrong, or present without a ``checkpoint_key``;
-            ``checkpoint_key`` is not non-empty bytes.
+            ``checkpoint_key`` is not non-empty bytes; ``rank`` or ``world_size`` is
+            given without a ``cluster``, out of range, or (from the environment) not an
+            integer.
 
     Attributes:
         coord: The session's coordinator.
@@ -138,10 +177,19 @@ class Session:
         restore: bytes | None = None,
         deterministic: bool = False,
         checkpoint_key: bytes | None = None,
+        cluster: SharedCluster | None = None,
+        rank: int | None = None,
+        world_size: int | None = None,
     ) -> None:
+        self._rank, self._world_size = _ranks(cluster, rank, world_size)
+        self._cluster = cluster
         self._checkpointer = Checkpointer(restore, deterministic, checkpoint_key)
         self.coord = Coordinator(clean_stop_exception_types, stop_grace_period=stop_grace_period)
-        self.resources = ResourceMgr()
+        backend = (
+            None if cluster is None else cluster._session_backend(self._rank, self._world_size)
+        )
+        self._backend: SharedBackend | None = backend
+        self.resources = ResourceMgr(backend=backend)
         # id -> weak reference (or the object itself when it cannot be weakly referenced).
         self._tracked: dict[int, Any] = {}
         self._runs: set[anyio.CancelScope] = set()
@@ -159,9 +207,14 @@ class Session:
             raise FailedPreconditionError("this Session is already running a block")
         self._token = context._session.set(self)
         try:
+            if self._backend is not None:
+                await self._backend.open()
             await self.coord.__aenter__()
         except BaseException:
             context._session.reset(self._token)
+            if self._backend is not None:
+                with anyio.CancelScope(shield=True):
+                    await self._backend.aclose()
             raise
         self._entered = True
         return self
@@ -200,6 +253,21 @@ class Session:
     def closed(self) -> bool:
         """Whether the session was closed."""
         return self._closed
+
+    @property
+    def cluster(self) -> SharedCluster | None:
+        """The cluster given as ``cluster=``, or ``None``."""
+        return self._cluster
+
+    @property
+    def rank(self) -> int:
+        """This process's rank in the job (0 without a cluster)."""
+        return self._rank
+
+    @property
+    def world_size(self) -> int:
+        """How many ranks the job has (1 without a cluster)."""
+        return self._world_size
 
     async def close(self) -> None:
         """Stop the session's tasks and close its resources; a no-op when already closed.
@@ -252,6 +320,12 @@ class Session:
             async with anyio.create_task_group() as tg:
                 for i in range(len(closes)):
                     tg.start_soon(close_one, i)
+            if self._backend is not None:
+                # After the resources: their closes let go of the shared queues first.
+                try:
+                    await self._backend.aclose()
+                except Exception as exc:
+                    errors[len(closes)] = exc
         self.resources.clear()
         if errors and report:
             raise errors[min(errors)]
@@ -385,8 +459,15 @@ class Session:
             InvalidArgumentError: a queue holds elements a checkpoint cannot store (an
                 untyped queue's elements must be numbers, strings, bytes, numpy arrays,
                 or lists, tuples and dicts of them).
+            FailedPreconditionError: the session has a ``cluster`` (checkpoints of a
+                job across processes are not available yet).
         """
         self._check_open()
+        if self._cluster is not None:
+            raise FailedPreconditionError(
+                "checkpoints of a Session with a cluster are not available yet: the shared "
+                "queues' state lives outside this process"
+            )
         return await self._checkpointer.checkpoint(timeout, self._describe_stages)
 
     def _describe_stages(self) -> str:

@@ -1,0 +1,184 @@
+"""RayCluster: where the shared queues of a job live, and how a process joins it."""
+
+from __future__ import annotations
+
+import importlib
+import socket
+import threading
+from typing import TYPE_CHECKING, Any
+
+import anyio
+import anyio.to_thread
+
+from .._errors import FailedPreconditionError, InvalidArgumentError, NotFoundError
+
+if TYPE_CHECKING:
+    from types import ModuleType
+
+    from .remote_queue import RayBackend
+
+__all__ = ["RayCluster", "import_ray"]
+
+_INSTALL_HINT = 'pip install "asyncreader[ray]"'
+
+#: Named actors of the job are prefixed with this inside the job's namespace.
+ACTOR_PREFIX = "asyncreader:"
+JOB_ACTOR = ACTOR_PREFIX + "job"
+
+_init_lock = threading.Lock()
+
+
+def import_ray() -> ModuleType:
+    """Return the ``ray`` module.
+
+    Raises:
+        FailedPreconditionError: Ray is not installed; the message says how to install it.
+    """
+    try:
+        return importlib.import_module("ray")
+    except ImportError as exc:
+        raise FailedPreconditionError(
+            f"asyncreader's cluster support needs Ray: {_INSTALL_HINT} ({exc})"
+        ) from None
+
+
+class RayCluster:
+    """A Ray cluster and a namespace in it: where a job's shared queues live.
+
+    Give it to :class:`~asyncreader.Session` as ``cluster=``: inside such a session, a
+    queue built with ``shared_name=`` is one queue for every process of the job that
+    names it (TensorFlow's queues on a parameter server, found through ``shared_name``).
+    Constructing a ``RayCluster`` only checks its arguments and that Ray is installed;
+    the first session that uses it connects.
+
+    Args:
+        address: ``None`` joins the Ray already initialised in this process, or starts a
+            local one; ``"auto"`` joins the cluster started on this machine with
+            ``ray start``; ``"host:port"`` joins the cluster whose head (GCS) listens
+            there, after a plain TCP connection check so that a wrong address fails
+            within ``connect_timeout`` instead of Ray's own retry loop.
+        namespace: The Ray namespace of the job: the shared queues' actors are named in
+            it, so two jobs with different namespaces never share a queue.
+        connect_timeout: Seconds the address check may take; also the bound on the
+            round trip that looks up or creates a shared queue.
+        health_interval: Seconds a call to a shared queue waits before it checks that the
+            queue's actor still answers (a check that takes as long again fails the call);
+            a blocked ``dequeue`` waits as long as it must, checking at this interval.
+
+    Raises:
+        FailedPreconditionError: Ray is not installed (the message names
+            ``pip install "asyncreader[ray]"``).
+        InvalidArgumentError: ``namespace`` is empty or not a string, or a timeout is not
+            positive.
+    """
+
+    __module__ = "asyncreader"
+
+    def __init__(
+        self,
+        address: str | None = None,
+        namespace: str = "asyncreader",
+        *,
+        connect_timeout: float = 10.0,
+        health_interval: float = 5.0,
+    ) -> None:
+        if not isinstance(namespace, str) or not namespace:
+            raise InvalidArgumentError(f"namespace must be a non-empty str, got {namespace!r}")
+        if address is not None and (not isinstance(address, str) or not address):
+            raise InvalidArgumentError(f"address must be a non-empty str or None, got {address!r}")
+        for what, value in (
+            ("connect_timeout", connect_timeout),
+            ("health_interval", health_interval),
+        ):
+            if not isinstance(value, int | float) or not value > 0:
+                raise InvalidArgumentError(f"{what} must be a positive number, got {value!r}")
+        self._ray = import_ray()
+        self.address = address
+        self.namespace = namespace
+        self.connect_timeout = float(connect_timeout)
+        self.health_interval = float(health_interval)
+
+    def __repr__(self) -> str:
+        return f"<RayCluster address={self.address!r} namespace={self.namespace!r}>"
+
+    # -- connecting ------------------------------------------------------------------------
+
+    async def connect(self) -> None:
+        """Join the cluster, unless this process already runs Ray; idempotent.
+
+        Ray must be initialised on the thread that will shut it down, so ``ray.init``
+        runs on the event loop's thread and blocks it while it connects (about a second
+        to join a cluster, a few seconds to start a local one). The address check before
+        it runs in a worker thread.
+
+        Raises:
+            NotFoundError: nothing accepts connections at ``address`` within
+                ``connect_timeout``.
+        """
+        ray = self._ray
+        if ray.is_initialized():
+            return
+        if self.address is not None and self.address != "auto":
+            await anyio.to_thread.run_sync(self._check_address)
+        with _init_lock:
+            if not ray.is_initialized():
+                ray.init(
+                    address=self.address,
+                    namespace=self.namespace,
+                    log_to_driver=False,
+                    configure_logging=False,
+                    include_dashboard=False if self.address is None else None,
+                )
+
+    def _check_address(self) -> None:
+        assert self.address is not None
+        host, sep, port = self.address.rpartition(":")
+        if not sep or not port.isdigit():
+            raise InvalidArgumentError(
+                f"a Ray address is None, 'auto' or 'host:port', got {self.address!r}"
+            )
+        try:
+            with socket.create_connection((host, int(port)), timeout=self.connect_timeout):
+                pass
+        except OSError as exc:
+            raise NotFoundError(
+                f"no Ray cluster answers at {self.address} (within "
+                f"{self.connect_timeout:g} s): {exc}"
+            ) from None
+
+    def _session_backend(self, rank: int, world_size: int) -> RayBackend:
+        from .remote_queue import RayBackend
+
+        return RayBackend(self, rank, world_size)
+
+    # -- the job ---------------------------------------------------------------------------
+
+    async def delete_job(self) -> list[str]:
+        """Kill every actor of the job in this namespace: its shared queues and its registry.
+
+        Sessions do this by themselves when the last of the job's ranks ends; call it to
+        clean up after ranks that died. Pending calls of other processes on those queues
+        fail with :class:`~asyncreader.FailedPreconditionError`.
+
+        Returns:
+            The names of the actors killed.
+        """
+        await self.connect()
+        return await anyio.to_thread.run_sync(self._delete_job)
+
+    def _delete_job(self) -> list[str]:
+        ray = self._ray
+        names = [
+            entry["name"]
+            for entry in ray.util.list_named_actors(all_namespaces=True)
+            if entry["namespace"] == self.namespace and entry["name"].startswith(ACTOR_PREFIX)
+        ]
+        killed: list[str] = []
+        for name in sorted(names, key=lambda n: n == JOB_ACTOR):
+            try:
+                handle: Any = ray.get_actor(name, namespace=self.namespace)
+            except ValueError:  # already gone
+                continue
+            ray.kill(handle, no_restart=True)
+            killed.append(name)
+        return killed

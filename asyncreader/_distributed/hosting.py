@@ -1,0 +1,182 @@
+"""The actors of a job: one per shared queue, and the job's registry of ranks.
+
+Both are plain classes made into Ray actors by :mod:`.remote_queue` (asyncio actors: a
+blocked queue operation is a coroutine, not a thread). They run in Ray's worker
+processes, which import this module; it imports no Ray at the top.
+
+No element is lost between processes: a dequeue carries a request id, and what it
+returned stays *in doubt* until the client's next call confirms it. A client cancelled
+while its call runs or travels sends ``withdraw(id)``: a running call is cancelled (the
+hosted queue withdraws it, as a cancelled local call), a finished one's elements go back
+at the front, and an id not seen yet is remembered so that the call, arriving later, does
+nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from typing import Any
+
+from .._errors import AsyncReaderError
+
+__all__ = ["JobHost", "QueueHost"]
+
+#: The verbs a client may call, and whether they hand elements out (kept in doubt).
+VERBS: dict[str, bool] = {
+    "enqueue": False,
+    "enqueue_many": False,
+    "close": False,
+    "dequeue": True,
+    "dequeue_many": True,
+    "dequeue_up_to": True,
+}
+
+#: Withdrawn ids of calls not seen yet, remembered per client (bounded: oldest dropped).
+_TOMBSTONES = 10_000
+
+
+class QueueHost:
+    """Hosts one of the library's queues for every process of a job.
+
+    Args:
+        cls: The queue class (``FIFOQueue``, ``RandomShuffleQueue``, ...).
+        args: Its positional constructor arguments.
+        kwargs: Its keyword arguments (no ``shared_name`` / ``container``).
+        shared_name: The name the queue is shared under; its messages quote it.
+        container: The container it is shared in.
+    """
+
+    def __init__(
+        self,
+        cls: type,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        shared_name: str,
+        container: str,
+    ) -> None:
+        queue: Any = cls(*args, **kwargs)
+        queue._shared_name = shared_name
+        queue._container = container
+        self._queue = queue
+        self._clients: set[str] = set()
+        self._running: dict[tuple[str, int], asyncio.Task[Any]] = {}
+        self._in_doubt: dict[tuple[str, int], tuple[Any, bool]] = {}
+        self._withdrawn: dict[tuple[str, int], None] = {}
+
+    def attach(self, client: str) -> tuple[str, dict[str, object]]:
+        """Register a client; return the queue's type name and configuration."""
+        self._clients.add(client)
+        return type(self._queue).__name__, self._queue._shared_config()
+
+    def detach(self, client: str, confirm: list[int]) -> int:
+        """Let go of a client: confirm its results, withdraw its running calls."""
+        self._confirm(client, confirm)
+        for key, task in list(self._running.items()):
+            if key[0] == client:
+                self._withdrawn[key] = None
+                task.cancel()
+        for key in [k for k in self._in_doubt if k[0] == client]:
+            result, many = self._in_doubt.pop(key)
+            self._queue._return_dequeued(result, many=many)
+        self._clients.discard(client)
+        return len(self._clients)
+
+    def _confirm(self, client: str, confirm: list[int]) -> None:
+        for rid in confirm:
+            self._in_doubt.pop((client, rid), None)
+
+    async def call(
+        self, client: str, rid: int, confirm: list[int], verb: str, args: tuple[Any, ...]
+    ) -> tuple[Any, ...]:
+        """Run ``verb(*args)`` on the queue; errors travel back as values.
+
+        Returns:
+            ``("ok", value)``, ``("error", type name, message)`` or ``("withdrawn",)``.
+        """
+        self._confirm(client, confirm)
+        key = (client, rid)
+        if key in self._withdrawn:
+            del self._withdrawn[key]
+            return ("withdrawn",)
+        hands_out = VERBS.get(verb)
+        if hands_out is None:
+            return ("error", "InvalidArgumentError", f"not a queue verb: {verb!r}")
+        task = asyncio.current_task()
+        assert task is not None
+        self._running[key] = task
+        try:
+            value = await getattr(self._queue, verb)(*args)
+        except AsyncReaderError as exc:
+            return ("error", type(exc).__name__, str(exc))
+        except asyncio.CancelledError:
+            if key not in self._withdrawn:
+                raise
+            del self._withdrawn[key]
+            task.uncancel()
+            return ("withdrawn",)
+        finally:
+            del self._running[key]
+        if hands_out:
+            self._in_doubt[key] = (value, verb != "dequeue")
+        return ("ok", value)
+
+    def withdraw(self, client: str, rid: int) -> None:
+        """The client gave up on call ``rid``: undo it, whatever stage it reached."""
+        key = (client, rid)
+        task = self._running.get(key)
+        if task is not None:
+            self._withdrawn[key] = None
+            task.cancel()
+            return
+        done = self._in_doubt.pop(key, None)
+        if done is not None:
+            self._queue._return_dequeued(done[0], many=done[1])
+            return
+        self._withdrawn[key] = None
+        while len(self._withdrawn) > _TOMBSTONES:
+            del self._withdrawn[next(iter(self._withdrawn))]
+
+    def info(self) -> tuple[int, bool, Any]:
+        """Return the queue's size, whether it is closed, and its statistics."""
+        q = self._queue
+        return q.size(), q.is_closed(), q.statistics()
+
+    async def ping(self) -> int:
+        """Answer (the client's liveness check); return the actor's process id."""
+        return os.getpid()
+
+
+class JobHost:
+    """The registry of a job: which ranks are in, and the actors the job created.
+
+    The sessions of a job's ranks enter and leave it; when every rank of the job has
+    entered and all of them have left, the last one out deletes the job's actors.
+    """
+
+    def __init__(self, world_size: int) -> None:
+        self._world_size = world_size
+        self._entered: set[int] = set()
+        self._inside: set[int] = set()
+        self._actors: set[str] = set()
+
+    def enter(self, rank: int, world_size: int) -> str | None:
+        """A rank's session starts; return why it may not (or ``None``)."""
+        if world_size != self._world_size:
+            return f"rank {rank} has world_size={world_size}, the job {self._world_size}"
+        if rank in self._inside:
+            return f"rank {rank} of this job is already running"
+        self._entered.add(rank)
+        self._inside.add(rank)
+        return None
+
+    def created(self, name: str) -> None:
+        """Note an actor of the job (a shared queue), deleted with the job."""
+        self._actors.add(name)
+
+    def leave(self, rank: int) -> list[str] | None:
+        """A rank's session ends; return the job's actors to delete when it was the last."""
+        self._inside.discard(rank)
+        if self._inside or len(self._entered) < self._world_size:
+            return None
+        return sorted(self._actors)

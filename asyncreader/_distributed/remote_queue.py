@@ -1,0 +1,381 @@
+"""The client side: a Session's backend on Ray, and the proxy of a shared queue."""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import uuid
+from typing import TYPE_CHECKING, Any
+
+import anyio
+import anyio.to_thread
+
+from .. import _errors
+from .._errors import (
+    AsyncReaderError,
+    FailedPreconditionError,
+    OutOfRangeError,
+    QueueClosedError,
+)
+from .._queues.base import QueueBase
+from .._runtime.resources import check_shared_config
+from .awaiting import wait_ref
+from .cluster import ACTOR_PREFIX, JOB_ACTOR
+from .hosting import VERBS, JobHost, QueueHost
+
+if TYPE_CHECKING:
+    from .._queues.statistics import QueueStatistics
+    from .cluster import RayCluster
+
+__all__ = ["RayBackend", "RemoteQueue"]
+
+#: Concurrent calls one queue actor serves (a blocked dequeue is a coroutine there).
+_MAX_CONCURRENCY = 10_000
+
+_actor_classes: dict[str, Any] = {}
+
+
+def _actor_class(ray: Any, host: type) -> Any:
+    """The Ray actor class of ``host``, made once per process."""
+    made = _actor_classes.get(host.__name__)
+    if made is None:
+        made = _actor_classes[host.__name__] = ray.remote(host)
+    return made
+
+
+def _error(type_name: str, message: str) -> AsyncReaderError:
+    """The library's exception called ``type_name`` (raised in the actor), rebuilt here."""
+    cls = getattr(_errors, type_name, None)
+    if isinstance(cls, type) and issubclass(cls, AsyncReaderError):
+        return cls(message)
+    return FailedPreconditionError(f"{type_name}: {message}")
+
+
+class RayBackend:
+    """A clustered Session's :class:`~asyncreader.ResourceMgr` backend (one per session).
+
+    Shares queues (not readers): ``lookup_or_create`` finds or creates the queue's actor
+    and returns a :class:`RemoteQueue`; closing lets go of them and, when this session is
+    the job's last rank out, deletes the job's actors.
+    """
+
+    def __init__(self, cluster: RayCluster, rank: int, world_size: int) -> None:
+        self._cluster = cluster
+        self._ray: Any = cluster._ray
+        self.rank = rank
+        self.world_size = world_size
+        self._client = f"{rank}-{uuid.uuid4().hex}"
+        self._queues: dict[tuple[str, str, str], RemoteQueue] = {}
+        self._job: Any = None
+
+    # -- SharedBackend -------------------------------------------------------------------
+
+    def shares(self, cls: type) -> bool:
+        return issubclass(cls, QueueBase)
+
+    async def open(self) -> None:
+        await self._cluster.connect()
+        cluster = self._cluster
+        options = {
+            "name": JOB_ACTOR,
+            "namespace": cluster.namespace,
+            "lifetime": "detached",
+            "get_if_exists": True,
+            "num_cpus": 0,
+        }
+        # get_if_exists asks the cluster synchronously: not on the event loop.
+        job_class = _actor_class(self._ray, JobHost).options(**options)
+        job = await anyio.to_thread.run_sync(job_class.remote, self.world_size)
+        with anyio.fail_after(cluster.connect_timeout):
+            refused = await self._wait(job.enter.remote(self.rank, self.world_size), "job")
+        if refused is not None:
+            raise FailedPreconditionError(
+                f"cannot join the job in namespace {cluster.namespace!r}: {refused}"
+            )
+        self._job = job
+
+    def lookup_or_create(
+        self,
+        cls: type,
+        container: str,
+        name: str,
+        kind: str,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+    ) -> RemoteQueue:
+        if self._job is None:
+            raise FailedPreconditionError(
+                f"shared {kind} '{name}': a Session with a cluster shares queues only inside "
+                "its async with block"
+            )
+        # Built here first: bad arguments fail as they do locally, and give the config.
+        candidate: Any = type.__call__(cls, *args, **kwargs)
+        try:
+            want = (type(candidate).__name__, candidate._shared_config())
+        finally:
+            candidate._discard()
+        key = (container, kind, name)
+        known = self._queues.get(key)
+        if known is not None:
+            check_shared_config(kind, name, known._have, want)
+            return known
+        ray, cluster = self._ray, self._cluster
+        actor_name = f"{ACTOR_PREFIX}{container}/{kind}/{name}"
+        # One blocking round trip (construction is synchronous): create the actor unless
+        # it exists (Ray settles races between processes), and ask for its configuration.
+        actor = (
+            _actor_class(ray, QueueHost)
+            .options(
+                name=actor_name,
+                namespace=cluster.namespace,
+                lifetime="detached",
+                get_if_exists=True,
+                num_cpus=0,
+                max_concurrency=_MAX_CONCURRENCY,
+            )
+            .remote(cls, args, kwargs, name, container)
+        )
+        try:
+            have = ray.get(actor.attach.remote(self._client), timeout=cluster.connect_timeout)
+        except ray.exceptions.GetTimeoutError:
+            raise FailedPreconditionError(
+                f"shared {kind} '{name}': its actor did not answer within "
+                f"{cluster.connect_timeout:g} s"
+            ) from None
+        except ray.exceptions.RayError as exc:
+            raise FailedPreconditionError(
+                f"shared {kind} '{name}': its actor failed: {exc}"
+            ) from None
+        self._job.created.remote(actor_name)
+        try:
+            check_shared_config(kind, name, have, want)
+        except Exception:
+            actor.detach.remote(self._client, [])
+            raise
+        queue = RemoteQueue(self, actor, name, container, have)
+        self._queues[key] = queue
+        return queue
+
+    async def aclose(self) -> None:
+        queues, self._queues = list(self._queues.values()), {}
+        timeout = self._cluster.connect_timeout
+        for queue in queues:
+            queue._detached = True
+            with contextlib.suppress(AsyncReaderError), anyio.move_on_after(timeout):
+                confirm, queue._confirm = queue._confirm, []
+                await self._wait(queue._actor.detach.remote(self._client, confirm), queue.name)
+        job, self._job = self._job, None
+        if job is None:
+            return
+        doomed = None
+        with contextlib.suppress(AsyncReaderError), anyio.move_on_after(timeout):
+            doomed = await self._wait(job.leave.remote(self.rank), "job")
+        if doomed is not None:  # the job's last rank out deletes its actors
+            await anyio.to_thread.run_sync(self._delete, doomed)
+
+    def _delete(self, names: list[str]) -> None:
+        ray, namespace = self._ray, self._cluster.namespace
+        for name in [*names, JOB_ACTOR]:
+            try:
+                handle = ray.get_actor(name, namespace=namespace)
+            except ValueError:  # already gone
+                continue
+            ray.kill(handle, no_restart=True)
+
+    # -- waiting -------------------------------------------------------------------------
+
+    async def _wait(self, ref: Any, what: str, actor: Any = None) -> Any:
+        """Await ``ref``; every ``health_interval`` check that ``actor`` still answers.
+
+        Raises:
+            FailedPreconditionError: the actor died, or did not answer a check in time.
+        """
+        interval = self._cluster.health_interval
+        errors = self._ray.exceptions
+        try:
+            while True:
+                with anyio.move_on_after(interval):
+                    return await wait_ref(ref)
+                if actor is None:
+                    continue
+                with anyio.move_on_after(interval):
+                    await wait_ref(actor.ping.remote())
+                    continue
+                raise FailedPreconditionError(
+                    f"the actor hosting queue '{what}' did not answer for {interval:g} s"
+                )
+        except errors.RayActorError as exc:
+            raise FailedPreconditionError(
+                f"the actor hosting queue '{what}' died or cannot be reached: {type(exc).__name__}"
+            ) from None
+        except errors.RayError as exc:
+            raise FailedPreconditionError(f"queue '{what}': {type(exc).__name__}: {exc}") from None
+
+
+class RemoteQueue:
+    """A queue shared by every process of a job, hosted in a Ray actor.
+
+    What ``FIFOQueue(..., shared_name=...)`` (and the other queue types) returns inside a
+    Session with a cluster: the same verbs, blocking and errors as the local queue (the
+    actor runs the library's own queue), each verb one actor call (a batched verb moves
+    its whole batch in that call). Blocked callers of every process are served in the
+    order their calls reach the actor.
+
+    A call cancelled while it waits takes nothing and adds nothing more: the actor
+    withdraws it, and puts back at the front any elements it had already returned. When
+    the actor dies, or does not answer its liveness check, calls raise
+    :class:`~asyncreader.FailedPreconditionError` naming the queue.
+    """
+
+    __module__ = "asyncreader"
+
+    def __init__(
+        self,
+        backend: RayBackend,
+        actor: Any,
+        shared_name: str,
+        container: str,
+        have: tuple[str, dict[str, object]],
+    ) -> None:
+        self._backend = backend
+        self._actor = actor
+        self._shared_name = shared_name
+        self._container = container
+        self._have = have
+        self._client = backend._client
+        self._ids = itertools.count()
+        self._confirm: list[int] = []
+        self._detached = False
+
+    # -- attributes ----------------------------------------------------------------------
+
+    @property
+    def name(self) -> str:
+        """The queue's ``shared_name`` (its messages quote it)."""
+        return self._shared_name
+
+    @property
+    def shared_name(self) -> str:
+        """The name the queue is shared under."""
+        return self._shared_name
+
+    @property
+    def container(self) -> str:
+        """The container the queue is shared in."""
+        return self._container
+
+    @property
+    def kind(self) -> str:
+        """The hosted queue's type name (``"FIFOQueue"``, ...)."""
+        return self._have[0]
+
+    @property
+    def capacity(self) -> int | None:
+        """Maximum number of stored elements; ``None`` when unbounded."""
+        capacity = self._have[1].get("capacity")
+        return capacity if isinstance(capacity, int) else None
+
+    def _info(self) -> tuple[int, bool, QueueStatistics]:
+        ray = self._backend._ray
+        try:
+            info: tuple[int, bool, QueueStatistics] = ray.get(
+                self._actor.info.remote(), timeout=self._backend._cluster.health_interval
+            )
+        except ray.exceptions.RayError as exc:
+            raise FailedPreconditionError(
+                f"the actor hosting queue '{self.name}' did not answer: {type(exc).__name__}"
+            ) from None
+        return info
+
+    def size(self) -> int:
+        """Return the number of stored elements (one short blocking round trip)."""
+        return self._info()[0]
+
+    def is_closed(self) -> bool:
+        """Return whether the queue is closed (one short blocking round trip)."""
+        return self._info()[1]
+
+    def statistics(self) -> QueueStatistics:
+        """Return a snapshot of the hosted queue's state (one short blocking round trip)."""
+        return self._info()[2]
+
+    def __repr__(self) -> str:
+        return f"<RemoteQueue {self.kind} {self.name!r} container={self.container!r}>"
+
+    # -- verbs ---------------------------------------------------------------------------
+
+    async def enqueue(self, vals: Any) -> None:
+        """Add one element, waiting while the queue is full (see ``FIFOQueue.enqueue``)."""
+        await self._call("enqueue", vals)
+
+    async def enqueue_many(self, vals: Any) -> None:
+        """Add a batch of elements in one call (see ``FIFOQueue.enqueue_many``)."""
+        await self._call("enqueue_many", vals)
+
+    async def dequeue(self) -> Any:
+        """Remove and return one element, waiting while the queue is empty."""
+        return await self._call("dequeue")
+
+    async def dequeue_many(self, n: int) -> Any:
+        """Remove and return exactly ``n`` elements in one call."""
+        return await self._call("dequeue_many", n)
+
+    async def dequeue_up_to(self, n: int) -> Any:
+        """Remove and return up to ``n`` elements in one call (fewer only once closed)."""
+        return await self._call("dequeue_up_to", n)
+
+    async def close(self, cancel_pending_enqueues: bool = False) -> None:
+        """Close the queue for every process (see ``FIFOQueue.close``)."""
+        await self._call("close", cancel_pending_enqueues)
+
+    def enqueue_nowait(self, vals: Any) -> None:
+        """Not available on a shared queue: every operation is a round trip.
+
+        Raises:
+            FailedPreconditionError: always.
+        """
+        raise self._no_nowait("enqueue_nowait")
+
+    def dequeue_nowait(self) -> Any:
+        """Not available on a shared queue: every operation is a round trip.
+
+        Raises:
+            FailedPreconditionError: always.
+        """
+        raise self._no_nowait("dequeue_nowait")
+
+    def _no_nowait(self, verb: str) -> FailedPreconditionError:
+        return FailedPreconditionError(
+            f"{self.kind} '{self.name}' is shared across processes: {verb} is not "
+            "available, await the blocking verb instead"
+        )
+
+    async def _call(self, verb: str, *args: Any) -> Any:
+        if self._detached:
+            raise self._gone(verb)
+        rid = next(self._ids)
+        confirm, self._confirm = self._confirm, []
+        ref = self._actor.call.remote(self._client, rid, confirm, verb, args)
+        try:
+            reply = await self._backend._wait(ref, self.name, self._actor)
+        except BaseException:
+            # Cancelled, or the actor is unreachable: the call must not take effect later.
+            with contextlib.suppress(Exception):
+                self._actor.withdraw.remote(self._client, rid)
+            raise
+        if reply[0] == "ok":
+            if VERBS[verb]:
+                self._confirm.append(rid)
+            return reply[1]
+        if reply[0] == "withdrawn":  # this process's session let go of the queue meanwhile
+            raise self._gone(verb)
+        raise _error(reply[1], reply[2])
+
+    def _gone(self, verb: str) -> AsyncReaderError:
+        message = f"{self.kind} '{self.name}': this process's Session was closed"
+        if VERBS.get(verb):
+            return OutOfRangeError(message)
+        return QueueClosedError(message)
+
+    async def _session_close(self) -> None:
+        """The session's backend lets go of the queue; other processes keep it."""
