@@ -15,6 +15,7 @@ from typing import Any
 import anyio
 import numpy as np
 import pytest
+from refs_pipeline import Seen, refs_batches
 
 import asyncreader as ar
 from asyncreader._runtime import state_codec
@@ -49,42 +50,22 @@ async def _batches(
     many: bool = True,
     restore: bytes | None = None,
     take: int | None = None,
-) -> tuple[list[tuple[list[bytes], list[bytes]]], bytes | None]:
+) -> tuple[Seen, bytes | None]:
     """Run producer -> TFRecordReader -> (shuffle_)batch of (key, value) records."""
-    seen: list[tuple[list[bytes], list[bytes]]] = []
-    state = None
-    with anyio.fail_after(30):
-        async with ar.Session(restore=restore, deterministic=True) as sess:
-            files = ar.string_input_producer(paths, num_epochs=2, seed=1, capacity=2)
-            reader = ar.TFRecordReader(compression)
 
-            async def records() -> Any:
-                if many:
-                    return await reader.read_up_to(files, 7)
-                return await reader.read(files)
+    async def read(reader: Any, files: ar.FIFOQueue) -> Any:
+        return await (reader.read_up_to(files, 7) if many else reader.read(files))
 
-            common: dict[str, Any] = {
-                "enqueue_many": many,
-                "allow_smaller_final_batch": True,
-                "record_refs": reader if refs else None,
-            }
-            if shuffle:
-                batcher = ar.shuffle_batch(
-                    records, 10, capacity=60, min_after_dequeue=30, seed=2, **common
-                )
-            else:
-                batcher = ar.batch(records, 10, capacity=30, **common)
-            if take == 0:
-                # While the batcher fetches its first example: its runner tasks then
-                # wait before their first step, with that example still in hand.
-                await anyio.lowlevel.checkpoint()
-                return seen, await sess.checkpoint()
-            async for keys, values in batcher:
-                seen.append((keys.tolist(), values.tolist()))
-                if len(seen) == take:
-                    state = await sess.checkpoint()
-                    break
-    return seen, state
+    return await refs_batches(
+        paths,
+        lambda: ar.TFRecordReader(compression),
+        read,
+        many=many,
+        refs=refs,
+        shuffle=shuffle,
+        restore=restore,
+        take=take,
+    )
 
 
 @pytest.mark.parametrize("compression", ["", "GZIP"])

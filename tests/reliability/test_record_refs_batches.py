@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 import pytest
+from refs_pipeline import Seen, refs_batches
 
 import asyncreader as ar
 
@@ -57,40 +58,15 @@ async def _batches(
     refs: bool = True,
     restore: bytes | None = None,
     take: int | None = None,
-) -> tuple[list[tuple[list[bytes], list[bytes]]], bytes | None]:
+) -> tuple[Seen, bytes | None]:
     """Run producer -> reader.read_batch -> (shuffle_)batch of (key, value) records."""
-    seen: list[tuple[list[bytes], list[bytes]]] = []
-    state = None
-    with anyio.fail_after(30):
-        async with ar.Session(restore=restore, deterministic=True) as sess:
-            files = ar.string_input_producer(paths, num_epochs=2, seed=1, capacity=2)
-            reader = READERS[kind]()
 
-            async def records() -> ar.RecordBatch:
-                return await reader.read_batch(files, 7)
+    async def read(reader: ar.ReaderBase, files: ar.FIFOQueue) -> ar.RecordBatch:
+        return await reader.read_batch(files, 7)
 
-            common: dict[str, Any] = {
-                "enqueue_many": True,
-                "allow_smaller_final_batch": True,
-                "record_refs": reader if refs else None,
-            }
-            if shuffle:
-                batcher = ar.shuffle_batch(
-                    records, 10, capacity=60, min_after_dequeue=30, seed=2, **common
-                )
-            else:
-                batcher = ar.batch(records, 10, capacity=30, **common)
-            if take == 0:
-                # While the batcher fetches its first example: its runner tasks then
-                # wait before their first step, with that example still in hand.
-                await anyio.lowlevel.checkpoint()
-                return seen, await sess.checkpoint()
-            async for keys, values in batcher:
-                seen.append((keys.tolist(), values.tolist()))
-                if len(seen) == take:
-                    state = await sess.checkpoint()
-                    break
-    return seen, state
+    return await refs_batches(
+        paths, READERS[kind], read, shuffle=shuffle, refs=refs, restore=restore, take=take
+    )
 
 
 @pytest.mark.both_backends
