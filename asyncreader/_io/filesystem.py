@@ -2,7 +2,7 @@
 
 A work item names a file. Plain paths (``str``, ``bytes`` or :class:`os.PathLike`) are local
 files, read with large unbuffered reads and ``seek``. A string with a URL scheme
-(``memory://``, ``http(s)://``, ``s3://``, ``gs://``, …) goes through `fsspec
+(``memory://``, ``http(s)://``, ``s3://``, …) goes through `fsspec
 <https://filesystem-spec.readthedocs.io>`_, which is the optional extra
 ``asyncreader[remote]``; without it such work items fail with a
 :class:`~asyncreader.FailedPreconditionError` naming the extra. ``file://`` URLs are local.
@@ -347,6 +347,13 @@ class _FsspecFile:
         return f"<_FsspecFile {self._name!r} size={self.size}>"
 
 
+#: The extra that brings a scheme's filesystem, named when it is missing.
+_EXTRAS: Final = {
+    "s3": " (install the extra with pip install 'asyncreader[s3]')",
+    "s3a": " (install the extra with pip install 'asyncreader[s3]')",
+}
+
+
 def _open_url(url: str, name: str | bytes) -> RandomAccessFile:
     scheme = _SCHEME.match(url)
     if scheme is not None and scheme[1].lower() == "file":
@@ -375,8 +382,9 @@ def _open_url(url: str, name: str | bytes) -> RandomAccessFile:
             try:
                 fs, path = fsspec.core.url_to_fs(url, **options)
             except (ImportError, ValueError) as exc:
+                hint = _EXTRAS.get(scheme[1].lower(), "") if scheme is not None else ""
                 raise FailedPreconditionError(
-                    f"no filesystem for {url!r}: {exc}", work_item=name
+                    f"no filesystem for {url!r}: {exc}{hint}", work_item=name
                 ) from exc
             # Readers read big blocks themselves: no read-ahead cache on top.
             f = fs.open(path, "rb", block_size=READ_BLOCK, cache_type="none")
