@@ -15,8 +15,10 @@ import pytest
 from queue_util import work_queue
 from readers_util import (
     drain,
+    free_port,
     read_verb,  # noqa: F401 (runs each test with both verbs)
     tfrecord_bytes,
+    wait_for_server,
 )
 
 import asyncreader as ar
@@ -33,13 +35,6 @@ PAYLOADS = [b"record-%06d-" % i + b"x" * (i % 300) for i in range(20_000)]
 LINES = b"".join(b"line %d\n" % i for i in range(50_000))
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
 @pytest.fixture(scope="module")
 def nginx(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
     """Start nginx on a free local port serving a fresh directory; yield (base URL, log)."""
@@ -53,7 +48,7 @@ def nginx(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]
     www.mkdir()
     (www / "data.tfrecord").write_bytes(tfrecord_bytes(PAYLOADS))
     (www / "lines.txt").write_bytes(LINES)
-    port = _free_port()
+    port = free_port()
     log = root / "access.log"
     conf = root / "nginx.conf"
     temp = root / "tmp"
@@ -84,18 +79,7 @@ http {{
         stdout=subprocess.DEVNULL,
         stderr=subprocess.STDOUT,
     )
-    deadline = time.monotonic() + 10
-    while True:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
-            break
-        except OSError:
-            if proc.poll() is not None or time.monotonic() > deadline:
-                proc.kill()
-                proc.wait()
-                errors = (root / "error.log").read_text(errors="replace")
-                pytest.fail(f"nginx did not start: {errors}")
-            time.sleep(0.02)
+    wait_for_server(proc, port, "nginx", timeout=10, log=root / "error.log")
     try:
         yield f"http://127.0.0.1:{port}", log
     finally:

@@ -13,10 +13,8 @@ a bucket, and a missing object or bucket is ``NotFoundError`` naming the URL.
 from __future__ import annotations
 
 import gzip
-import socket
 import subprocess
 import sys
-import time
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -24,8 +22,10 @@ import pytest
 from queue_util import work_queue
 from readers_util import (
     drain,
+    free_port,
     read_verb,  # noqa: F401 (runs each test with both verbs)
     tfrecord_bytes,
+    wait_for_server,
 )
 
 import asyncreader as ar
@@ -45,34 +45,17 @@ LINES = [b"line %d" % i for i in range(20_000)]
 FIXED = 37
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
 @pytest.fixture(scope="module")
 def s3_server() -> Iterator[str]:
     """moto's S3 server on a free loopback port, with the test objects uploaded."""
-    port = _free_port()
+    port = free_port()
     proc = subprocess.Popen(
         [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
     endpoint = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 30
-    while True:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
-            break
-        except OSError:
-            if proc.poll() is not None or time.monotonic() > deadline:
-                proc.kill()
-                proc.wait()
-                pytest.fail("moto's S3 server did not start")
-            time.sleep(0.05)
+    wait_for_server(proc, port, "moto's S3 server", timeout=30)
     try:
         fs = s3fs.S3FileSystem(
             endpoint_url=endpoint, key="test", secret="test", skip_instance_cache=True
