@@ -1,0 +1,247 @@
+"""Scale-out on Ray: what a shared queue costs, and records/s with 1, 2 and 4 ranks.
+
+Run: ``python benchmarks/distributed.py [--files 16] [--records 2000] [--record-bytes 1024]
+[--ranks 1,2,4]`` (needs ``pip install "asyncreader[ray]"``).
+
+Starts a local Ray cluster on loopback (every socket on 127.0.0.1, token authentication with
+a token of this run only), then measures in the same run:
+
+* **queue cost**: ``enqueue_many`` + ``dequeue_up_to`` round trips through a local
+  :class:`~asyncreader.FIFOQueue` and through the same queue shared in the cluster
+  (``shared_name=`` in a session with ``cluster=``: hosted in a Ray actor), with chunks of 1
+  and of 1,000 work items: the cost per call and per item, and the shared queue's cost as a
+  multiple of the local one's;
+* **ranks**: 1, 2 and 4 rank processes (separate drivers joining the cluster, as
+  ``torchrun`` would start them) read the same TFRecord files, taking work items from one
+  shared work queue with ``read_batch``; records/s from the first rank's first read to the
+  last rank's end (process start-up and joining the cluster are reported apart), against
+  one process reading the same files through a local queue in this run.
+
+This machine's cores bound the speed-up: with 2 cores expect none beyond 2 ranks, and the
+Ray processes (GCS, raylet, the queue's actor) share those cores with the ranks.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import secrets
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import anyio
+
+import asyncreader as ar
+
+# Read by Ray when it is imported: every Ray socket on 127.0.0.1, and token authentication
+# with a token of this run only (inherited by the rank processes; nothing written to $HOME).
+_RAY_ENV = {
+    "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
+    "RAY_AUTH_MODE": "token",
+    "RAY_AUTH_TOKEN": os.environ.get("RAY_AUTH_TOKEN") or secrets.token_hex(32),
+}
+
+
+def _write_files(root: Path, files: int, records: int, record_bytes: int) -> list[str]:
+    paths = []
+    payload = b"x" * (record_bytes - 8)
+    for f in range(files):
+        path = root / f"part-{f:03d}.tfrecord"
+        with ar.TFRecordWriter(str(path)) as writer:
+            for r in range(records):
+                writer.write(r.to_bytes(8, "little") + payload)
+        paths.append(str(path))
+    return paths
+
+
+async def _read_all(reader: ar.TFRecordReader, work: Any) -> int:
+    count = 0
+    while True:
+        try:
+            batch = await reader.read_batch(work, 4096)
+        except ar.OutOfRangeError:
+            return count
+        count += len(batch)
+
+
+# --- one rank (a separate process) ------------------------------------------------------
+
+
+async def _rank_main(address: str, namespace: str, rank: int, world: int, paths: list[str]) -> None:
+    joined = time.perf_counter()
+    cluster = ar.RayCluster(address, namespace, connect_timeout=30.0)
+    async with ar.Session(cluster=cluster, rank=rank, world_size=world):
+        ready: Any = ar.FIFOQueue(None, shared_name="ready")
+        work: Any = ar.FIFOQueue(None, shared_name="files")
+        go: Any = ar.FIFOQueue(None, shared_name="go")
+        await ready.enqueue(rank)
+        if rank == 0:
+            with anyio.fail_after(120):
+                await ready.dequeue_many(world)  # every rank has joined
+            await work.enqueue_many(paths)
+            await work.close()
+            await go.enqueue_many(list(range(world)))
+        with anyio.fail_after(120):
+            await go.dequeue()
+        ready_at = time.time()
+        join_s = time.perf_counter() - joined
+        async with ar.TFRecordReader() as reader:
+            records = await _read_all(reader, work)
+        done_at = time.time()
+    print(
+        json.dumps(
+            {
+                "rank": rank,
+                "records": records,
+                "start": ready_at,
+                "end": done_at,
+                "join_s": join_s,
+            }
+        ),
+        flush=True,
+    )
+
+
+def _run_ranks(address: str, world: int, paths: list[str]) -> dict[str, Any]:
+    namespace = f"bench-{secrets.token_hex(4)}"
+    env = dict(os.environ)
+    started = time.perf_counter()
+    procs = [
+        subprocess.Popen(
+            [sys.executable, __file__, "--rank-of", address, namespace, str(r), str(world), *paths],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
+        for r in range(world)
+    ]
+    results = []
+    for p in procs:
+        out, err = p.communicate(timeout=600)
+        if p.returncode != 0:
+            raise SystemExit(f"rank failed:\n{err[-3000:]}")
+        results.append(json.loads(out.strip().splitlines()[-1]))
+    wall = time.perf_counter() - started
+    start = min(r["start"] for r in results)
+    end = max(r["end"] for r in results)
+    records = sum(r["records"] for r in results)
+    return {
+        "records_per_s": records / (end - start),
+        "records": records,
+        "read_s": end - start,
+        "wall_s": wall,
+        "join_s": max(r["join_s"] for r in results),
+        "per_rank": [r["records"] for r in results],
+    }
+
+
+# --- in the benchmark's own process -----------------------------------------------------
+
+
+async def _queue_cost(queue: Any, chunk: int, items: int) -> float:
+    """Seconds per call of one enqueue_many + dequeue_up_to round trip of ``chunk`` items."""
+    values = [f"/data/part-{i:05d}.tfrecord" for i in range(chunk)]
+    calls = max(1, items // chunk)
+    start = time.perf_counter()
+    for _ in range(calls):
+        await queue.enqueue_many(values)
+        got = await queue.dequeue_up_to(chunk)
+        assert len(got) == chunk
+    return (time.perf_counter() - start) / calls
+
+
+async def _queue_costs(cluster: ar.RayCluster, repeat: int) -> list[tuple[str, int, float]]:
+    rows: list[tuple[str, int, float]] = []
+    async with ar.Session(cluster=cluster, rank=0, world_size=1):
+        shared: Any = ar.FIFOQueue(None, shared_name="cost")
+        local = ar.FIFOQueue(None)
+        for chunk, items in ((1, 300), (1000, 100_000)):
+            for name, queue in (("local", local), ("shared", shared)):
+                best = min([await _queue_cost(queue, chunk, items) for _ in range(repeat)])
+                rows.append((name, chunk, best))
+    return rows
+
+
+async def _local_reference(paths: list[str]) -> float:
+    work = ar.FIFOQueue(None)
+    await work.enqueue_many(paths)
+    await work.close()
+    start = time.perf_counter()
+    async with ar.TFRecordReader() as reader:
+        records = await _read_all(reader, work)
+    return records / (time.perf_counter() - start)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--files", type=int, default=16)
+    parser.add_argument("--records", type=int, default=2000, help="records per file")
+    parser.add_argument("--record-bytes", type=int, default=1024)
+    parser.add_argument("--ranks", default="1,2,4")
+    parser.add_argument("--repeat", type=int, default=3)
+    args = parser.parse_args()
+    os.environ.update(_RAY_ENV)
+    import ray
+
+    with tempfile.TemporaryDirectory() as tmp:
+        paths = _write_files(Path(tmp), args.files, args.records, args.record_bytes)
+        started = time.perf_counter()
+        context = ray.init(
+            num_cpus=os.cpu_count() or 2,
+            include_dashboard=False,
+            log_to_driver=False,
+            configure_logging=False,
+            _temp_dir=str(Path(tmp) / "ray"),
+        )
+        print(f"local Ray cluster up in {time.perf_counter() - started:.1f} s")
+        address = context.address_info["gcs_address"]
+        try:
+            cluster = ar.RayCluster(None, f"bench-{secrets.token_hex(4)}")
+            rows = anyio.run(_queue_costs, cluster, args.repeat)
+            print(
+                "\nqueue cost: enqueue_many + dequeue_up_to, one round trip (best of "
+                f"{args.repeat})"
+            )
+            print(f"{'queue':<8}{'chunk':>7}{'per call':>12}{'per item':>12}{'x local':>9}")
+            local = {chunk: t for name, chunk, t in rows if name == "local"}
+            for name, chunk, t in rows:
+                print(
+                    f"{name:<8}{chunk:>7}{t * 1e6:>10.1f}us{t / chunk * 1e6:>10.2f}us"
+                    f"{t / local[chunk]:>9.1f}"
+                )
+            reference = max(anyio.run(_local_reference, paths) for _ in range(args.repeat))
+            print(
+                f"\nranks: {args.files} files x {args.records} records of "
+                f"{args.record_bytes} B; one process, local queue: {reference:,.0f} records/s"
+            )
+            print(
+                f"{'ranks':>5}{'records/s':>14}{'x local':>9}{'read s':>8}{'join s':>8}"
+                f"{'wall s':>8}  records per rank"
+            )
+            for world in (int(w) for w in args.ranks.split(",")):
+                runs = [_run_ranks(address, world, paths) for _ in range(args.repeat)]
+                best = max(runs, key=lambda r: r["records_per_s"])
+                assert all(r["records"] == args.files * args.records for r in runs)
+                print(
+                    f"{world:>5}{best['records_per_s']:>14,.0f}"
+                    f"{best['records_per_s'] / reference:>9.2f}{best['read_s']:>8.2f}"
+                    f"{best['join_s']:>8.1f}"
+                    f"{statistics.median(r['wall_s'] for r in runs):>8.1f}  {best['per_rank']}"
+                )
+        finally:
+            ray.shutdown()
+
+
+if __name__ == "__main__":
+    if len(sys.argv) > 1 and sys.argv[1] == "--rank-of":
+        address, namespace, rank, world, *files = sys.argv[2:]
+        anyio.run(_rank_main, address, namespace, int(rank), int(world), files)
+    else:
+        main()
