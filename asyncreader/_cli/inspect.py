@@ -149,16 +149,14 @@ class FileReport:
             width = max(len(name) for name in schema.features) if schema.features else 0
             for name, seen in sorted(schema.features.items()):
                 kinds = "/".join(sorted(seen.kinds)) or "empty"
-                shape = seen.shape(schema.examples)
+                low = max(seen.min_values, 0)
                 values = (
-                    str(shape)
-                    if shape is not None
-                    else f"{max(seen.min_values, 0)} to {seen.max_values} values"
+                    f"[{low}]" if low == seen.max_values else f"{low} to {seen.max_values} values"
                 )
                 if seen.records < schema.examples:
                     values += f", in {seen.records:,} records"
                 lines.append(
-                    f"    {name:<{width}}  {kinds:<6} {values:<24} {seen.spec(schema.examples)}"
+                    f"    {name:<{width}}  {kinds:<6} {values:<28} {seen.spec(schema.examples)}"
                 )
             if schema.others and schema.first_other is not None:
                 lines.append(
