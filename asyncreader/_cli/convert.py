@@ -28,6 +28,7 @@ import numpy as np
 from .._decoders import wire
 from .._decoders.csv import decode_csv
 from .._errors import InvalidArgumentError
+from .._io.filesystem import is_url
 from .._records.writer import TFRecordWriter
 from .progress import make_meter
 from .source import COMPRESSION_NAMES, CommandError, FixedLayout, chunks, open_source
@@ -205,6 +206,10 @@ def run(args: argparse.Namespace) -> int:
         if args.record_bytes is not None
         else None
     )
+    if is_url(args.output):
+        raise CommandError(
+            f"{args.output}: convert writes local files; give OUTPUT as a local path"
+        )
     names = output_names(args.output, args.shards)
     inputs = {os.path.realpath(path) for path in args.inputs if "://" not in path}
     clash = [name for name in names if os.path.realpath(name) in inputs]

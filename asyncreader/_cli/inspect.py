@@ -98,6 +98,7 @@ class FileReport:
             report["example"] = {
                 "records": schema.examples,
                 "other_records": schema.others,
+                "first_other_offset": schema.first_other,
                 "features": {
                     name: seen.to_json(schema.examples)
                     for name, seen in sorted(schema.features.items())
@@ -159,9 +160,10 @@ class FileReport:
                     f"    {name:<{width}}  {kinds:<6} {values:<28} {seen.spec(schema.examples)}"
                 )
             if schema.others and schema.first_other is not None:
+                are = "record is" if schema.others == 1 else "records are"
                 lines.append(
-                    f"  {schema.others:,} records are not tf.train.Example "
-                    f"(the first at key {schema.first_other})"
+                    f"  {schema.others:,} {are} not tf.train.Example "
+                    f"(the first at byte {schema.first_other:,})"
                 )
         if self.error is not None:
             lines.append(f"  error        {self._error_text()}")

@@ -95,7 +95,8 @@ class SchemaScan:
     Attributes:
         examples: Records that parsed as a ``tf.train.Example`` with features.
         others: Records that did not.
-        first_other: The key of the first record that did not, if any.
+        first_other: The key of the first record that did not (a TFRecord's byte offset),
+            if any.
         features: By name.
     """
 

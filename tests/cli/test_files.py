@@ -137,6 +137,26 @@ def test_inspect_reports_examples_and_detects_compression(files: Path) -> None:
         assert features["note"]["shape"] is None  # not in every example
 
 
+def test_inspect_tells_examples_from_other_records(tmp_path: Path) -> None:
+    payloads = [*EXAMPLES[:10], b"\xff raw bytes", *EXAMPLES[10:20]]
+    path = tmp_path / "mixed.tfrecord"
+    path.write_bytes(tfrecord_bytes(payloads))
+    status, document = inspect_json(str(path))
+    assert status == 0
+    found = document["files"][0]["example"]
+    assert (found["records"], found["other_records"]) == (20, 1)
+    offset = sum(len(p) + 16 for p in payloads[:10])
+    assert found["first_other_offset"] == offset
+    done = run("inspect", str(path))
+    assert f"1 record is not tf.train.Example (the first at byte {offset:,})" in done.stdout
+    assert "tf.train.Example features (20 of 21 records):" in done.stdout
+
+    # Records that are not Examples at all: no feature table.
+    path.write_bytes(tfrecord_bytes([b"\xff%d" % i for i in range(50)]))
+    status, document = inspect_json(str(path))
+    assert (status, document["files"][0]["example"]) == (0, None)
+
+
 def test_inspect_text_for_people(files: Path) -> None:
     done = run("inspect", str(files / "train-gzip"), str(files / "lines.txt"))
     assert done.returncode == 0, done.stderr
@@ -364,10 +384,16 @@ def test_convert_of_a_corrupt_file_leaves_no_output(files: Path, tmp_path: Path)
     assert done.returncode == 1
     assert re.search(rf"error: corrupted record at \d+ \(work item '{bad}'", done.stderr)
     assert sorted(tmp_path.iterdir()) == [bad]
-    # Nor may it overwrite its input.
+    # Nor may it overwrite its input, or write to a URL.
     done = run("convert", str(bad), "-o", str(bad))
     assert done.returncode == 1
     assert "the output would overwrite an input file" in done.stderr
+    done = run("convert", str(bad), "-o", "s3://bucket/out.tfrecord")
+    assert done.returncode == 1
+    assert done.stderr == (
+        "asyncreader convert: error: s3://bucket/out.tfrecord: convert writes local files; "
+        "give OUTPUT as a local path\n"
+    )
 
 
 def test_progress_is_plain_lines_when_not_a_terminal(files: Path) -> None:
