@@ -30,6 +30,9 @@ _DTYPES: Final = {wire.BYTES: "string", wire.FLOAT: "float32", wire.INT64: "int6
 _TF_DTYPES: Final = {"bytes": "tf.string", "float": "tf.float32", "int64": "tf.int64"}
 # Layout rounds per chunk before the rest is parsed one by one.
 _ROUNDS: Final = 4
+#: Records that are not Examples, with none that is, after which a file is taken to hold
+#: no Examples and the scan stops (it would otherwise try every record one by one).
+GIVE_UP: Final = 100
 
 
 @dataclasses.dataclass(slots=True)
@@ -98,18 +101,23 @@ class SchemaScan:
         first_other: The key of the first record that did not (a TFRecord's byte offset),
             if any.
         features: By name.
+        stopped: Whether the scan stopped because the first :data:`GIVE_UP` records
+            were none of them Examples.
     """
 
-    __slots__ = ("examples", "features", "first_other", "others")
+    __slots__ = ("examples", "features", "first_other", "others", "stopped")
 
     def __init__(self) -> None:
         self.examples = 0
         self.others = 0
         self.first_other: int | None = None
         self.features: dict[str, FeatureSeen] = {}
+        self.stopped = False
 
     def add(self, values: Sequence[bytes], keys: np.ndarray) -> None:
         """Add a chunk of records (``keys`` name them in :attr:`first_other`)."""
+        if self.stopped:
+            return
         rest: Sequence[bytes] = values
         rest_keys = keys
         for _ in range(_ROUNDS):
@@ -122,6 +130,9 @@ class SchemaScan:
             rest_keys = rest_keys[unmatched]
         for value, key in zip(rest, rest_keys.tolist(), strict=True):
             self._add_one(value, key)
+            if not self.examples and self.others >= GIVE_UP:
+                self.stopped = True
+                return
 
     def _add_layout(self, items: Sequence[bytes]) -> np.ndarray | None:
         """Add the items laid out like the first; return the positions of the others, or

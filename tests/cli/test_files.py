@@ -25,7 +25,7 @@ import numpy as np
 import pytest
 
 import asyncreader as ar
-from asyncreader._cli.schema import SchemaScan
+from asyncreader._cli.schema import GIVE_UP, SchemaScan
 from asyncreader._records.tfrecord import frame_record
 
 if TYPE_CHECKING:
@@ -151,10 +151,13 @@ def test_inspect_tells_examples_from_other_records(tmp_path: Path) -> None:
     assert f"1 record is not tf.train.Example (the first at byte {offset:,})" in done.stdout
     assert "tf.train.Example features (20 of 21 records):" in done.stdout
 
-    # Records that are not Examples at all: no feature table.
-    path.write_bytes(tfrecord_bytes([b"\xff%d" % i for i in range(50)]))
+    # Records that are not Examples at all: no feature table, and the scan stops early
+    # (an Example after the first 100 other records is not looked for).
+    path.write_bytes(tfrecord_bytes([*(b"\xff%d" % i for i in range(150)), EXAMPLES[0]]))
     status, document = inspect_json(str(path))
-    assert (status, document["files"][0]["example"]) == (0, None)
+    assert status == 0
+    assert document["files"][0]["records"] == 151
+    assert document["files"][0]["example"] is None
 
 
 def test_inspect_text_for_people(files: Path) -> None:
@@ -466,6 +469,14 @@ def test_schema_scan_of_examples_laid_out_alike_and_not() -> None:
     seen = scan.features["n"]
     assert (seen.min_values, seen.max_values, seen.records) == (2, 3, 5)
     assert seen.shape(scan.examples) is None
+
+    scan = SchemaScan()
+    scan.add([b"\xff"] * (GIVE_UP - 1), np.arange(GIVE_UP - 1, dtype=np.int64))
+    before = scan.stopped
+    assert not before
+    scan.add([b"\xff", *alike], np.arange(6, dtype=np.int64))
+    assert scan.stopped
+    assert (scan.examples, scan.others) == (0, GIVE_UP)
 
 
 @pytest.fixture(scope="module")
