@@ -520,6 +520,11 @@ def test_inspect_and_convert_s3_objects(s3_endpoint: str, tmp_path: Path) -> Non
     assert (lines["format"], lines["records"]) == ("text", 1000)
     assert missing["error"]["type"] == "NotFoundError"
     assert "s3://cli/missing.tfrecord" in missing["error"]["message"]
+    status, document = inspect_json(
+        "--record-bytes", "8", "--header-bytes", "4", "s3://cli/fixed.bin", env=env
+    )
+    assert status == 0
+    assert (document["files"][0]["format"], document["files"][0]["records"]) == ("fixed", 500)
 
     out = tmp_path / "from-s3.tfrecord"
     done = run("convert", "s3://cli/train-gzip", "-o", str(out), env=env)
