@@ -50,6 +50,7 @@ __all__ = [
     "FixedLayout",
     "Source",
     "chunks",
+    "detect_compression",
     "open_source",
 ]
 
@@ -103,6 +104,8 @@ class Source:
         compression: The compression in use.
         detected: The compression the first bytes show (``None`` for an empty file).
         hint: The compression the name's extension suggests, if any.
+        file: The open file.
+        head: The first block read (for detection), until :func:`chunks` frames it.
         size: The file's size in bytes, when known.
     """
 
