@@ -27,6 +27,7 @@ Everything public is importable from here: ``import asyncreader as ar``.
 #  11. cifar10       the CIFAR-10 format, TensorFlow's input functions, synthetic data
 #  12. _demo         the training run of ``asyncreader demo``
 #  13. _cli          the command line
+#  14. __main__      ``python -m asyncreader``: runs the command line
 #
 # No ``from __future__ import annotations`` and no plain module imports here: every name
 # this module binds is either in ``__all__`` or private, so ``dir(asyncreader)`` shows only

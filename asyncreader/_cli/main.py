@@ -1,11 +1,18 @@
-"""The ``asyncreader`` command: ``demo`` and the CIFAR-10 data tools.
+"""The ``asyncreader`` command (also ``python -m asyncreader``).
 
 Subcommands:
 
 * ``asyncreader demo`` — the CIFAR-10 training input pipeline end to end (see
   :mod:`asyncreader._cli.demo` and :mod:`asyncreader._demo`);
+* ``asyncreader inspect PATH...`` — what record files hold (:mod:`asyncreader._cli.inspect`);
+* ``asyncreader convert INPUT... -o OUTPUT`` — write TFRecord files
+  (:mod:`asyncreader._cli.convert`);
 * ``asyncreader make-cifar10 DIR`` — write the synthetic CIFAR-10 binary files to ``DIR``;
-* ``asyncreader version`` — print the installed version.
+* ``asyncreader version`` — print the installed version (as ``asyncreader --version``).
+
+Bare ``asyncreader`` prints the help. Exit status: 0 on success, 1 when an input cannot be
+read or is bad (the message names the file and, for corrupt data, the byte offset), 2 for a
+usage error, 130 when interrupted with Ctrl-C. Bad input never shows a traceback.
 """
 
 from __future__ import annotations
@@ -13,7 +20,10 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
+
+from .._errors import AsyncReaderError
+from .source import CommandError
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -50,7 +60,13 @@ def build_parser() -> argparse.ArgumentParser:
         prog="asyncreader",
         description="TensorFlow 1.x's queue-based input pipeline for async Python.",
     )
-    commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    parser.add_argument(
+        "--version",
+        action="version",
+        version=f"asyncreader {_version()}",
+        help="print the installed version and exit",
+    )
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     demo = commands.add_parser(
         "demo",
@@ -122,8 +138,125 @@ def build_parser() -> argparse.ArgumentParser:
         help="records in each file (%(default)s)",
     )
 
-    commands.add_parser("version", help="print the installed version")
+    _add_inspect(commands)
+    _add_convert(commands)
+    commands.add_parser("version", help="print the installed version (as --version)")
     return parser
+
+
+def _version() -> str:
+    from importlib.metadata import version
+
+    return version("asyncreader")
+
+
+_PROGRESS_HELP = (
+    "progress display: a rich bar on a terminal when rich is installed, else plain lines "
+    "(records/s, MB/s, ETA)"
+)
+
+
+def _add_input_options(command: argparse.ArgumentParser, *, prefix: str = "") -> None:
+    """The options that say how to read the input files."""
+    command.add_argument(
+        f"--{prefix}compression",
+        choices=("auto", "none", "gzip", "zlib"),
+        default="auto",
+        help="compression of the input (default: detected from the first bytes)",
+    )
+    layout = command.add_argument_group("fixed-length records")
+    layout.add_argument(
+        "--record-bytes",
+        type=_positive,
+        help="read the input as fixed-length records of this many bytes",
+    )
+    layout.add_argument(
+        "--header-bytes", type=_non_negative, default=0, help="bytes before the first record"
+    )
+    layout.add_argument(
+        "--footer-bytes", type=_non_negative, default=0, help="bytes after the last record"
+    )
+
+
+def _add_inspect(commands: Any) -> None:
+    inspect = commands.add_parser(
+        "inspect",
+        help="report what record files hold: format, compression, records, Example features",
+        description=(
+            "For each TFRecord, text or fixed-length file (local path or URL such as "
+            "s3://bucket/key or https://...): the compression (detected), the record count, "
+            "the record size range and, for tf.train.Example records, the features seen "
+            "(name, kind, value counts, the parse_example spec). Exit status 1 if any file "
+            "cannot be read or is corrupt."
+        ),
+    )
+    inspect.add_argument("paths", nargs="+", metavar="PATH", help="files or URLs")
+    inspect.add_argument(
+        "--verify",
+        action="store_true",
+        help="check every TFRecord checksum; name the first bad record's byte offset",
+    )
+    inspect.add_argument(
+        "--json", action="store_true", help="print one JSON document to standard output"
+    )
+    inspect.add_argument(
+        "--format",
+        choices=("auto", "tfrecord", "text", "fixed"),
+        default="auto",
+        help="file format (default: from the name, else the contents)",
+    )
+    _add_input_options(inspect)
+    inspect.add_argument(
+        "--progress",
+        choices=("auto", "rich", "plain", "none"),
+        default="auto",
+        help=_PROGRESS_HELP + "; with --json, auto shows none",
+    )
+
+
+def _add_convert(commands: Any) -> None:
+    convert = commands.add_parser(
+        "convert",
+        help="write TFRecord files from TFRecord, text or CSV input (re-compress, re-shard)",
+        description=(
+            "Write the records of the inputs to TFRecord files. TFRecord input is copied "
+            "record for record; text lines and CSV rows (header row first) become "
+            "tf.train.Example records; fixed-length records are copied one per TFRecord. "
+            "With --shards N, record i goes to OUTPUT-0000k-of-0000N with k = i mod N."
+        ),
+    )
+    convert.add_argument("inputs", nargs="+", metavar="INPUT", help="files or URLs")
+    convert.add_argument(
+        "-o", "--output", required=True, help="output file (the shards' common prefix)"
+    )
+    convert.add_argument(
+        "--compression",
+        choices=("none", "gzip", "zlib"),
+        default="none",
+        help="compression of the output (%(default)s)",
+    )
+    convert.add_argument("--shards", type=_positive, default=1, help="output files (%(default)s)")
+    convert.add_argument(
+        "--input-format",
+        choices=("auto", "tfrecord", "text", "csv", "fixed"),
+        default="auto",
+        help="input format (default: from the name, else the contents; .csv/.tsv are CSV)",
+    )
+    convert.add_argument(
+        "--delimiter", help="CSV field delimiter (default: tab for .tsv, else a comma)"
+    )
+    convert.add_argument(
+        "--text-feature",
+        default="text",
+        help="the Example feature a text line is stored in (%(default)s)",
+    )
+    _add_input_options(convert, prefix="input-")
+    convert.add_argument(
+        "--progress",
+        choices=("auto", "rich", "plain", "none"),
+        default="auto",
+        help=_PROGRESS_HELP,
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -137,6 +270,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     """
     parser = build_parser()
     args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help()
+        return 0
     if getattr(args, "progress", None) == "rich":
         from .progress import have_rich
 
@@ -169,14 +305,20 @@ def main(argv: Sequence[str] | None = None) -> int:
                 f"in {info.path}"
             )
             return 0
-        from importlib.metadata import version
+        if args.command == "inspect":
+            from . import inspect
 
-        print(f"asyncreader {version('asyncreader')}")
+            return inspect.run(args)
+        if args.command == "convert":
+            from . import convert
+
+            return convert.run(args)
+        print(f"asyncreader {_version()}")
         return 0
     except KeyboardInterrupt:
         print("\ninterrupted", file=sys.stderr)
         return 130
-    except OSError as exc:
+    except (OSError, AsyncReaderError, CommandError) as exc:
         print(f"asyncreader {args.command}: error: {exc}", file=sys.stderr)
         return 1
 

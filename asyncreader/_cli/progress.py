@@ -1,5 +1,9 @@
 """Progress display for the command line tool: a rich bar when available, plain lines otherwise.
 
+Two kinds: the *progress* displays count the steps of a training run (``demo``); the
+*meters* count the bytes and records of a run over files (``inspect``, ``convert``) and
+show records/s, bytes/s and the time left.
+
 ``rich`` is an optional extra (``asyncreader[cli]``). Without it, or when the output is not a
 terminal, progress is a plain line: rewritten in place on a terminal, or printed as a new
 line at most every ``interval`` seconds otherwise (so logs and pipes stay readable).
@@ -17,10 +21,14 @@ if TYPE_CHECKING:
     from .._demo.training import Progress
 
 __all__ = [
+    "NullMeter",
     "NullProgress",
+    "PlainMeter",
     "PlainProgress",
+    "RichMeter",
     "RichProgress",
     "have_rich",
+    "make_meter",
     "make_progress",
 ]
 
@@ -189,4 +197,241 @@ def make_progress(
         if out.isatty() and have_rich():
             return RichProgress(total, description, out)
         return PlainProgress(total, description, out)
+    raise ValueError(f"unknown progress display {kind!r}")
+
+
+def _duration(seconds: float) -> str:
+    seconds = int(seconds + 0.5)
+    return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
+
+
+def _megabytes(n: float) -> str:
+    return f"{n / 1e6:,.1f} MB"
+
+
+class _Rates:
+    """Bytes and records done so far, and their rates since the start."""
+
+    __slots__ = ("bytes", "records", "start", "total")
+
+    def __init__(self, total: int | None) -> None:
+        self.total = total
+        self.bytes = 0
+        self.records = 0
+        self.start = time.monotonic()
+
+    def add(self, input_bytes: int, records: int) -> None:
+        self.bytes += input_bytes
+        self.records += records
+
+    def elapsed(self) -> float:
+        return max(time.monotonic() - self.start, 1e-9)
+
+    def eta(self) -> str:
+        if not self.total or not self.bytes:
+            return "?"
+        left = max(self.total - self.bytes, 0)
+        return _duration(left / (self.bytes / self.elapsed()))
+
+
+class PlainMeter:
+    """Progress of a long run over files as plain lines: records, bytes, their rates, ETA.
+
+    Args:
+        total: Bytes to read in all, when known.
+        description: Text before the figures.
+        stream: Where to write.
+        interval: Seconds between two lines when ``stream`` is not a terminal (a terminal
+            line is rewritten at most ten times a second). The last line is always shown.
+    """
+
+    __slots__ = (
+        "_description",
+        "_interval",
+        "_last",
+        "_rates",
+        "_shown",
+        "_shown_at",
+        "_stream",
+        "_tty",
+    )
+
+    def __init__(
+        self, total: int | None, description: str, stream: TextIO, *, interval: float = 1.0
+    ) -> None:
+        self._rates = _Rates(total)
+        # The (bytes, records) the last line showed, so the closing line is not a repeat.
+        self._shown_at = (-1, -1)
+        self._description = description
+        self._stream = stream
+        self._tty = stream.isatty()
+        self._interval = 0.1 if self._tty else interval
+        self._last = time.monotonic()
+        self._shown = ""
+
+    def advance(self, input_bytes: int, records: int) -> None:
+        """Count ``input_bytes`` more bytes read and ``records`` more records framed."""
+        self._rates.add(input_bytes, records)
+        now = time.monotonic()
+        if now - self._last >= self._interval:
+            self._last = now
+            self._show()
+
+    def line(self) -> str:
+        """The progress line as it stands."""
+        rates = self._rates
+        elapsed = rates.elapsed()
+        done = _megabytes(rates.bytes)
+        if rates.total:
+            percent = 100 * rates.bytes // rates.total
+            done = f"{done} of {_megabytes(rates.total)} {percent:3d}%"
+        return (
+            f"{self._description}: {rates.records:,} records, {done} | "
+            f"{rates.records / elapsed:,.0f} records/s | {rates.bytes / elapsed / 1e6:,.1f} MB/s"
+            f" | ETA {rates.eta()}"
+        )
+
+    def _show(self) -> None:
+        self._shown_at = (self._rates.bytes, self._rates.records)
+        line = self.line()
+        if self._tty:
+            pad = " " * max(0, len(self._shown) - len(line))
+            self._stream.write(f"\r{line}{pad}")
+        else:
+            self._stream.write(f"{line}\n")
+        self._shown = line
+        self._stream.flush()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if self._shown_at != (self._rates.bytes, self._rates.records):
+            self._show()
+        if self._tty:
+            self._stream.write("\n")
+            self._stream.flush()
+
+
+class RichMeter:
+    """A rich progress bar over the bytes of a run, with records/s, bytes/s and the ETA.
+
+    Args:
+        total: Bytes to read in all, when known.
+        description: Text before the bar.
+        stream: Where to draw (a terminal).
+        force_terminal: Draw as on a terminal whatever ``stream`` is.
+    """
+
+    __slots__ = ("_progress", "_rates", "_task")
+
+    def __init__(
+        self,
+        total: int | None,
+        description: str,
+        stream: TextIO,
+        *,
+        force_terminal: bool | None = None,
+    ) -> None:
+        from rich.console import Console
+        from rich.progress import (
+            BarColumn,
+            DownloadColumn,
+            TextColumn,
+            TimeRemainingColumn,
+            TransferSpeedColumn,
+        )
+        from rich.progress import Progress as _RichProgress
+
+        self._rates = _Rates(total)
+        self._progress: Any = _RichProgress(
+            TextColumn("[bold]{task.description}"),
+            BarColumn(),
+            DownloadColumn(),
+            TransferSpeedColumn(),
+            TextColumn("{task.fields[records]} records, {task.fields[rate]} records/s"),
+            TextColumn("ETA"),
+            TimeRemainingColumn(),
+            console=Console(file=stream, force_terminal=force_terminal),
+            refresh_per_second=8,
+        )
+        self._task = self._progress.add_task(description, total=total, records="0", rate="0")
+
+    def advance(self, input_bytes: int, records: int) -> None:
+        """Count ``input_bytes`` more bytes read and ``records`` more records framed."""
+        rates = self._rates
+        rates.add(input_bytes, records)
+        self._progress.update(
+            self._task,
+            completed=rates.bytes,
+            records=f"{rates.records:,}",
+            rate=f"{rates.records / rates.elapsed():,.0f}",
+        )
+
+    def __enter__(self) -> Self:
+        self._progress.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self._progress.stop()
+
+
+class NullMeter:
+    """Shows nothing."""
+
+    __slots__ = ()
+
+    def advance(self, input_bytes: int, records: int) -> None:
+        """Ignore the update."""
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        return None
+
+
+def make_meter(
+    kind: str, total: int | None, description: str, stream: TextIO | None = None
+) -> PlainMeter | RichMeter | NullMeter:
+    """Return the progress display of a run over files that ``kind`` asks for.
+
+    Args:
+        kind: ``"auto"`` (rich on a terminal when installed, else plain lines), ``"rich"``,
+            ``"plain"`` or ``"none"``.
+        total: Bytes to read in all, when known.
+        description: Text before the figures.
+        stream: Where to write; default standard error.
+
+    Raises:
+        ValueError: ``kind`` is unknown, or ``"rich"`` was asked for without rich installed.
+    """
+    out = sys.stderr if stream is None else stream
+    if kind == "none":
+        return NullMeter()
+    if kind == "plain":
+        return PlainMeter(total, description, out)
+    if kind == "rich":
+        if not have_rich():
+            raise ValueError("--progress rich needs rich: pip install 'asyncreader[cli]'")
+        return RichMeter(total, description, out, force_terminal=True)
+    if kind == "auto":
+        if out.isatty() and have_rich():
+            return RichMeter(total, description, out)
+        return PlainMeter(total, description, out)
     raise ValueError(f"unknown progress display {kind!r}")

@@ -125,7 +125,6 @@ def test_demo_with_one_reader_and_plain_progress(
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        ([], "the following arguments are required: COMMAND"),
         (["train"], "invalid choice: 'train'"),
         (["demo", "--steps", "0"], "argument --steps: must be positive, not 0"),
         (["demo", "--steps", "ten"], "argument --steps: not an integer: 'ten'"),

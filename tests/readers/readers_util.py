@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import os
-import socket
-import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -13,7 +11,6 @@ import pytest
 import asyncreader as ar
 
 if TYPE_CHECKING:
-    import subprocess
     from collections.abc import Iterable
 
     from asyncreader._readers.work import WorkQueue
@@ -38,34 +35,6 @@ async def drain(
 async def drain_values(reader: ar.ReaderBase, q: ar.FIFOQueue, *, n: int = 1000) -> list[bytes]:
     """Return the values :func:`drain` reads."""
     return [value for _, value in await drain(reader, q, n=n)]
-
-
-def free_port() -> int:
-    """Return a TCP port on 127.0.0.1 that nothing listens on."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
-def wait_for_server(
-    proc: subprocess.Popen[bytes], port: int, what: str, timeout: float, log: Path | None = None
-) -> None:
-    """Wait until ``proc`` accepts connections on 127.0.0.1:``port``; fail the test (killing
-    ``proc``) if it exits or ``timeout`` seconds pass first, naming ``what`` and showing
-    ``log`` when given."""
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
-            return
-        except OSError:
-            if proc.poll() is not None or time.monotonic() > deadline:
-                proc.kill()
-                proc.wait()
-                shown = f": {log.read_text(errors='replace')}" if log is not None else ""
-                pytest.fail(f"{what} did not start{shown}")
-            time.sleep(0.02)
 
 
 def open_fds() -> int:

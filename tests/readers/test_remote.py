@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-import shutil
 import socket
-import subprocess
 import threading
 import time
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 import anyio
@@ -15,16 +12,16 @@ import pytest
 from queue_util import work_queue
 from readers_util import (
     drain,
-    free_port,
     read_verb,  # noqa: F401 (runs each test with both verbs)
     tfrecord_bytes,
-    wait_for_server,
 )
+from servers_util import nginx_server
 
 import asyncreader as ar
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
+    from pathlib import Path
 
 fsspec = pytest.importorskip("fsspec", reason="fsspec (asyncreader[remote]) is not installed")
 pytest.importorskip("aiohttp", reason="aiohttp (asyncreader[remote]) is not installed")
@@ -38,53 +35,13 @@ LINES = b"".join(b"line %d\n" % i for i in range(50_000))
 @pytest.fixture(scope="module")
 def nginx(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
     """Start nginx on a free local port serving a fresh directory; yield (base URL, log)."""
-    binary = shutil.which("nginx") or (
-        "/usr/sbin/nginx" if Path("/usr/sbin/nginx").exists() else None
-    )
-    if binary is None:
-        pytest.skip("nginx is not installed (Debian package 'nginx'): HTTP tests need it")
     root = tmp_path_factory.mktemp("nginx")
     www = root / "www"
     www.mkdir()
     (www / "data.tfrecord").write_bytes(tfrecord_bytes(PAYLOADS))
     (www / "lines.txt").write_bytes(LINES)
-    port = free_port()
-    log = root / "access.log"
-    conf = root / "nginx.conf"
-    temp = root / "tmp"
-    temp.mkdir()
-    conf.write_text(
-        f"""
-daemon off;
-master_process off;
-pid {root}/nginx.pid;
-error_log {root}/error.log;
-events {{ worker_connections 64; }}
-http {{
-    access_log {log};
-    client_body_temp_path {temp};
-    proxy_temp_path {temp};
-    fastcgi_temp_path {temp};
-    uwsgi_temp_path {temp};
-    scgi_temp_path {temp};
-    server {{
-        listen 127.0.0.1:{port};
-        root {www};
-    }}
-}}
-"""
-    )
-    proc = subprocess.Popen(
-        [binary, "-c", str(conf), "-p", str(root)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.STDOUT,
-    )
-    wait_for_server(proc, port, "nginx", timeout=10, log=root / "error.log")
-    try:
-        yield f"http://127.0.0.1:{port}", log
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
+    with nginx_server(root) as served:
+        yield served
 
 
 @pytest.mark.both_backends

@@ -13,8 +13,6 @@ a bucket, and a missing object or bucket is ``NotFoundError`` naming the URL.
 from __future__ import annotations
 
 import gzip
-import subprocess
-import sys
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -22,11 +20,10 @@ import pytest
 from queue_util import work_queue
 from readers_util import (
     drain,
-    free_port,
     read_verb,  # noqa: F401 (runs each test with both verbs)
     tfrecord_bytes,
-    wait_for_server,
 )
+from servers_util import s3_server as s3_server_process
 
 import asyncreader as ar
 
@@ -48,15 +45,7 @@ FIXED = 37
 @pytest.fixture(scope="module")
 def s3_server() -> Iterator[str]:
     """moto's S3 server on a free loopback port, with the test objects uploaded."""
-    port = free_port()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    endpoint = f"http://127.0.0.1:{port}"
-    wait_for_server(proc, port, "moto's S3 server", timeout=30)
-    try:
+    with s3_server_process() as endpoint:
         fs = s3fs.S3FileSystem(
             endpoint_url=endpoint, key="test", secret="test", skip_instance_cache=True
         )
@@ -68,9 +57,6 @@ def s3_server() -> Iterator[str]:
         for i in range(3):
             fs.pipe(f"{BUCKET}/shards/train-{i}.tfrecord", tfrecord_bytes([b"shard %d" % i]))
         yield endpoint
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
 
 
 @pytest.fixture
