@@ -1,11 +1,11 @@
 """Train a small torch model from TFRecord files, the input pipeline running alongside.
 
 The files hold ``tf.train.Example`` protos (an 8-float feature vector and a 0/1 label). The
-pipeline is TensorFlow 1.x's: a producer of file names, a reader handing over record
-batches, ``parse_example`` on each batch, ``shuffle_batch``; its runner tasks fill the
-queues while the training loop awaits the next batch. ``ar.torch_batches`` turns each batch
-into tensors that share the batch's memory (and, given ``device="cuda"``, copies them to
-the GPU on a side stream, overlapped with the step on the previous batch).
+pipeline is TensorFlow 1.x's: a producer of the files a glob pattern matches, a reader
+handing over record batches, ``parse_example`` on each batch, ``shuffle_batch``; its runner
+tasks fill the queues while the training loop awaits the next batch. ``ar.torch_batches``
+turns each batch into tensors that share the batch's memory (and, given ``device="cuda"``,
+copies them to the GPU on a side stream, overlapped with the step on the previous batch).
 
 Needs PyTorch (``pip install "asyncreader[torch]"``, or a CPU build from PyTorch's CPU
 wheel index). Run it::
@@ -51,9 +51,7 @@ async def train(folder: Path, epochs: int, device: str | None, seed: int = 0) ->
     optimizer = torch.optim.SGD(model.parameters(), lr=0.5)
     async with ar.Session():
         files = ar.string_input_producer(
-            await ar.match_filenames_once(str(folder / "train-*.tfrecord")),
-            num_epochs=epochs,
-            seed=seed,
+            [str(folder / "train-*.tfrecord")], glob=True, num_epochs=epochs, seed=seed
         )
         reader = ar.TFRecordReader()
 
