@@ -20,7 +20,6 @@ CPU when it is 64-byte aligned and copies otherwise.
 
 from __future__ import annotations
 
-import contextlib
 import warnings
 from collections.abc import AsyncIterable, AsyncIterator, Callable, Mapping
 from typing import Any, Literal
@@ -261,7 +260,17 @@ def to_torch(
 class _TorchBatches:
     """The async iterator :func:`torch_batches` returns."""
 
-    __slots__ = ("_device", "_pending", "_pin", "_readonly", "_source", "_stream", "_torch")
+    __slots__ = (
+        "_device",
+        "_done",
+        "_error",
+        "_pending",
+        "_pin",
+        "_readonly",
+        "_source",
+        "_stream",
+        "_torch",
+    )
 
     def __init__(
         self, source: AsyncIterable[Any], device: Any, pin: bool, readonly: Readonly
@@ -278,44 +287,69 @@ class _TorchBatches:
         self._pin = pin
         # The side stream the copies run on, so they overlap the default stream's work.
         self._stream = torch.cuda.Stream(device=cuda) if cuda is not None else None
-        self._pending: Any = None  # the next batch, its copy started
+        self._pending: tuple[Any, Any] | None = None  # the next batch, its copy's event
+        self._error: Exception | None = None  # the source's error, after the batch before it
+        self._done = False
 
     def __aiter__(self) -> _TorchBatches:
         return self
 
-    def _start(self, batch: Any) -> Any:
-        """Convert ``batch`` and start its copy to the device."""
+    def _start(self, batch: Any) -> tuple[Any, Any]:
+        """Convert ``batch`` and queue its copy on the side stream; return the device
+        tensors and an event recorded after the copy."""
         torch = self._torch
-        if self._stream is None:
-            return to_torch(
-                batch, device=self._device, pin_memory=self._pin, readonly=self._readonly
-            )
         host = to_torch(batch, pin_memory=self._pin, readonly=self._readonly)
         with torch.cuda.stream(self._stream):
-            return _to_device(torch, host, self._device, non_blocking=True)
+            tensors = _to_device(torch, host, self._device, non_blocking=True)
+            event = torch.cuda.Event()
+            event.record(self._stream)
+        return tensors, event
 
-    def _ready(self, tensors: Any) -> Any:
-        """Make the consumer's stream wait for the copy of ``tensors``."""
-        if self._stream is not None:
-            current = self._torch.cuda.current_stream(self._stream.device)
-            current.wait_stream(self._stream)
-            for tensor in _each_tensor(self._torch, tensors):
-                # The copy stream allocated it: keep the memory until the consumer's
-                # stream is done with it.
-                tensor.record_stream(current)
+    def _ready(self, tensors: Any, event: Any) -> Any:
+        """Make the consumer's stream wait for the copy of ``tensors`` (only that copy: the
+        next batch's, queued after it, goes on while the consumer computes)."""
+        assert self._stream is not None
+        current = self._torch.cuda.current_stream(self._stream.device)
+        current.wait_event(event)
+        for tensor in _each_tensor(self._torch, tensors):
+            # Allocated on the copy stream: keep its memory until the consumer's stream
+            # is done with it.
+            tensor.record_stream(current)
         return tensors
+
+    async def _next_source(self) -> Any:
+        if self._error is not None:
+            error, self._error = self._error, None
+            raise error
+        if self._done:
+            raise StopAsyncIteration
+        try:
+            return await self._source.__anext__()
+        except StopAsyncIteration:
+            self._done = True
+            raise
 
     async def __anext__(self) -> Any:
         if self._stream is None:
-            return self._start(await self._source.__anext__())
+            return to_torch(
+                await self._next_source(),
+                device=self._device,
+                pin_memory=self._pin,
+                readonly=self._readonly,
+            )
         if self._pending is None:
-            self._pending = self._start(await self._source.__anext__())
+            self._pending = self._start(await self._next_source())
         ready, self._pending = self._pending, None
         # The next batch's copy is queued before this one is handed over, so it runs while
-        # the consumer computes on this one.
-        with contextlib.suppress(StopAsyncIteration):
-            self._pending = self._start(await self._source.__anext__())
-        return self._ready(ready)
+        # the consumer computes on this one. An error of the source's is raised on the next
+        # call, after this batch is handed over (no batch is lost).
+        try:
+            self._pending = self._start(await self._next_source())
+        except StopAsyncIteration:
+            pass
+        except Exception as exc:
+            self._error = exc
+        return self._ready(*ready)
 
 
 def torch_batches(

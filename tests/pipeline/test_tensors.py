@@ -226,6 +226,17 @@ async def test_torch_batches_copies_to_cuda_overlapped(torch: Any) -> None:
             got.append(float(b["x"].mean().item()))
     assert got == [0.0, 1.0, 2.0, 3.0]
 
+    async def failing() -> AsyncIterator[np.ndarray[Any, Any]]:
+        yield np.ones(4, dtype=np.float32)
+        raise ar.DataLossError("bad record")
+
+    on_gpu = ar.torch_batches(failing(), device="cuda")
+    with anyio.fail_after(30):
+        # The batch before the error is handed over first, then the error.
+        assert (await on_gpu.__anext__()).sum().item() == 4.0
+        with pytest.raises(ar.DataLossError, match="bad record"):
+            await on_gpu.__anext__()
+
 
 def test_missing_torch_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "torch", None)  # import torch now fails
