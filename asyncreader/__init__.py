@@ -138,6 +138,9 @@ from ._pipeline.producers import (
 from ._pipeline.producers import (
     string_input_producer as string_input_producer,
 )
+from ._pipeline.tensors import to_jax as to_jax
+from ._pipeline.tensors import to_torch as to_torch
+from ._pipeline.tensors import torch_batches as torch_batches
 from ._queues.fifo import FIFOQueue as FIFOQueue
 from ._queues.padding import PaddingFIFOQueue as PaddingFIFOQueue
 from ._queues.priority import PriorityQueue as PriorityQueue
@@ -246,6 +249,9 @@ __all__ = [
     "string_input_producer",
     "TextLineReader",
     "tf_record_iterator",
+    "to_jax",
+    "to_torch",
+    "torch_batches",
     "TFRecordCompressionType",
     "TFRecordReader",
     "TFRecordWriter",

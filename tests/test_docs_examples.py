@@ -60,6 +60,9 @@ def test_the_docs_have_programs() -> None:
 
 @pytest.mark.parametrize(("name", "code"), PROGRAMS, ids=[name for name, _ in PROGRAMS])
 def test_docs_program_runs(name: str, code: str, workdir: Path) -> None:
+    for optional in ("torch", "jax"):
+        if re.search(rf"^import {optional}\b", code, re.M):
+            pytest.importorskip(optional, reason=f"{optional} (an optional extra) is not installed")
     done = subprocess.run(
         [sys.executable, "-c", code],
         cwd=workdir,

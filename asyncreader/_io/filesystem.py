@@ -40,6 +40,7 @@ if TYPE_CHECKING:
 __all__ = [
     "READ_BLOCK",
     "match_work_items",
+    "pattern_names",
     "RandomAccessFile",
     "WorkItem",
     "is_url",
@@ -193,13 +194,25 @@ class _LocalFile:
 
     def __init__(self, path: str | bytes, name: str | bytes) -> None:
         self._name = name
-        with map_io_errors(name):
-            self._f = open(path, "rb", buffering=0)  # noqa: SIM115 - closed by close()
-            try:
-                self.size: int | None = os.fstat(self._f.fileno()).st_size
-            except BaseException:
-                self._f.close()
-                raise
+        try:
+            with map_io_errors(name):
+                self._f = open(path, "rb", buffering=0)  # noqa: SIM115 - closed by close()
+                try:
+                    self.size: int | None = os.fstat(self._f.fileno()).st_size
+                except BaseException:
+                    self._f.close()
+                    raise
+        except NotFoundError as exc:
+            text = os.fsdecode(name)
+            if has_glob_magic(text):
+                # Work items are file names, as in TensorFlow; a pattern given by mistake
+                # is a common slip, so say how patterns are given.
+                exc.add_note(
+                    f"{text!r} is taken as a file name: to read the files a glob pattern "
+                    "matches, pass glob=True to string_input_producer or use "
+                    "match_filenames_once"
+                )
+            raise
         self._pos = 0
 
     def read(self, n: int) -> bytes:
@@ -449,6 +462,44 @@ _MAGIC = re.compile(r"[*?[]")
 def has_glob_magic(pattern: str) -> bool:
     """Whether ``pattern`` has glob wildcards (``*``, ``?``, ``[...]``)."""
     return _MAGIC.search(pattern) is not None
+
+
+def pattern_names(pattern: str, name: str) -> bool:
+    """Whether :func:`match_work_items` could return ``name`` for ``pattern``. No I/O.
+
+    The test is by the text alone, the way :func:`glob.glob` walks: ``/``-separated parts
+    matched one by one, ``*`` and ``?`` within a part, ``**`` across any number of parts,
+    and a part starting with ``.`` matched only by a pattern part starting with ``.`` (so
+    ``..`` never is). Used to vet names a checkpoint claims a pattern matched.
+    """
+    if not (is_url(pattern) and not pattern.lower().startswith("file://")):
+        if pattern.lower().startswith("file://"):
+            pattern = pattern[len("file://") :]
+        pattern = os.path.expanduser(pattern)
+    if not has_glob_magic(pattern):
+        return name == pattern
+    return _parts_match(pattern.split("/"), name.split("/"))
+
+
+def _parts_match(pattern: list[str], name: list[str]) -> bool:
+    import fnmatch
+
+    if not pattern:
+        return not name
+    head = pattern[0]
+    if head == "**":
+        # Zero parts, or one more visible part, then the rest.
+        return _parts_match(pattern[1:], name) or (
+            bool(name) and not name[0].startswith(".") and _parts_match(pattern, name[1:])
+        )
+    if not name:
+        return False
+    part = name[0]
+    if part.startswith(".") and not head.startswith("."):
+        return False
+    if part in (".", "..") and head != part:
+        return False
+    return fnmatch.fnmatchcase(part, head) and _parts_match(pattern[1:], name[1:])
 
 
 def match_work_items(patterns: list[str]) -> list[str]:

@@ -8,10 +8,17 @@ a log of the epochs still partly in the queue, so it can say where consumers sta
 (:meth:`InputProducer.state`) and resume there (:meth:`InputProducer.restore`). Its
 checkpoint also carries a fingerprint of the input, so a restore over other inputs is
 refused instead of silently skipping or repeating rows.
+
+A producer made with glob patterns (``string_input_producer(..., glob=True)``) lists the
+files in its runner task, on the I/O executor, before its first epoch: construction does
+no I/O, and the listing never blocks the event loop. Its input, in checkpoints too, is the
+expanded list of files, so a checkpoint restored before the listing is held until the
+files are known and checked against them then.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from collections import deque
 from dataclasses import dataclass
@@ -21,9 +28,11 @@ import anyio
 import numpy as np
 
 from .._errors import FailedPreconditionError, InvalidArgumentError, OutOfRangeError
+from .._io.executor import IoCall, run_io_abandoning
+from .._io.filesystem import match_work_items, pattern_names
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping, Sequence
+    from collections.abc import Callable, Mapping, Sequence
 
     from .._queues.fifo import FIFOQueue
 
@@ -166,6 +175,10 @@ class InputProducer:
         "_inputs",
         "_log",
         "_num_epochs",
+        "_on_expanded",
+        "_patterns",
+        "_pending_state",
+        "_pending_tree",
         "_queue",
         "_resume_position",
         "_rng",
@@ -185,8 +198,16 @@ class InputProducer:
         shuffle: bool,
         seed: int | None,
         inputs: Sequence[np.ndarray[Any, Any]] | None = None,
+        patterns: Sequence[str] | None = None,
+        on_expanded: Callable[[list[str]], None] | None = None,
     ) -> None:
         self._what = what
+        # Glob patterns still to be listed (in the runner task): until then ``rows`` is
+        # empty, and the input is the list of matching files once it is known.
+        self._patterns = list(patterns) if patterns is not None else None
+        self._on_expanded = on_expanded  # told the files the patterns matched
+        self._pending_tree: Any = None  # a checkpoint restored before the listing
+        self._pending_state: ProducerState | None = None  # restore() before the listing
         self._rows = rows
         # What the checkpoint identifies: the rows, or the arrays a slice producer indexes.
         self._inputs = [rows] if inputs is None else list(inputs)
@@ -207,13 +228,61 @@ class InputProducer:
         """The queue this producer fills."""
         return self._queue
 
+    @property
+    def patterns(self) -> list[str] | None:
+        """The glob patterns this producer lists before its first epoch (``None``: none).
+
+        They stay set after the listing; :meth:`files` tells the files they matched.
+        """
+        return None if self._patterns is None else list(self._patterns)
+
+    def files(self) -> list[str] | None:
+        """The files the patterns matched, sorted; ``None`` before the listing (or without
+        patterns)."""
+        if self._patterns is None or not self._expanded():
+            return None
+        return list(self._rows.tolist())
+
+    def _expanded(self) -> bool:
+        return self._patterns is None or len(self._rows) > 0
+
+    async def _expand(self) -> None:
+        """List the files the patterns match, then apply a restore held until now.
+
+        Raises:
+            NotFoundError: a pattern matches no file (naming it).
+            InvalidArgumentError: a held checkpoint was taken over other files.
+        """
+        assert self._patterns is not None
+        files = await run_io_abandoning(IoCall(functools.partial(match_work_items, self._patterns)))
+        rows = np.empty(len(files), dtype=object)
+        rows[:] = files
+        self._rows = rows
+        self._inputs = [rows]
+        self._fingerprint = None
+        if self._on_expanded is not None:
+            self._on_expanded(files)
+        tree, self._pending_tree = self._pending_tree, None
+        state, self._pending_state = self._pending_state, None
+        if tree is not None:
+            try:
+                self._checkpoint_restore(tree)
+            except InvalidArgumentError as exc:
+                exc.add_note(f"the files matching {self._patterns!r} were listed after the restore")
+                raise
+        elif state is not None:
+            self.restore(state)
+
     async def __call__(self) -> None:
-        """Enqueue the next epoch.
+        """Enqueue the next epoch (listing the files first, for a producer of patterns).
 
         Raises:
             OutOfRangeError: once ``num_epochs`` epochs have been enqueued.
             QueueClosedError: if the queue was closed meanwhile.
+            NotFoundError: a glob pattern matches no file.
         """
+        if not self._expanded():
+            await self._expand()
         if self._num_epochs is not None and self._epoch >= self._num_epochs:
             await anyio.lowlevel.checkpoint()
             raise OutOfRangeError(f"Reached limit of {self._num_epochs}")
@@ -298,6 +367,13 @@ class InputProducer:
             raise FailedPreconditionError(
                 f"{self._what}: restore() must come before the first epoch is enqueued"
             )
+        if not self._expanded():
+            if state.epoch < 0 or state.position < 0:
+                raise InvalidArgumentError(
+                    f"{self._what}: cannot restore epoch {state.epoch} position {state.position}"
+                )
+            self._pending_state = state  # checked against the files once they are listed
+            return
         n = len(self._rows)
         if state.epoch < 0 or not 0 <= state.position <= n:
             raise InvalidArgumentError(
@@ -328,6 +404,21 @@ class InputProducer:
         return self._fingerprint
 
     def _checkpoint_save(self) -> dict[str, Any]:
+        if not self._expanded():
+            if self._pending_tree is not None:
+                return dict(self._pending_tree)  # nothing was consumed since the restore
+            # Nothing listed, nothing consumed: the restore starts afresh over the files
+            # the patterns match then.
+            return {
+                "what": self._what,
+                "rows": None,
+                "shuffle": self._shuffle,
+                "inputs": None,
+                "patterns": list(self._patterns or ()),
+                "epoch": 0,
+                "position": 0,
+                "rng_state": None,
+            }
         state = self.state()
         return {
             "what": self._what,
@@ -356,6 +447,22 @@ class InputProducer:
             raise InvalidArgumentError(
                 f"checkpoint of a {_shorten(what)} does not fit this {self._what}"
             )
+        if inputs is None:  # saved before its patterns were listed: nothing was consumed
+            if tree.get("patterns") != self._patterns or shuffle is not self._shuffle:
+                raise InvalidArgumentError(
+                    f"{self._what}: the checkpoint was taken over the patterns "
+                    f"{_shorten(tree.get('patterns'))} with shuffle={shuffle!r}, this "
+                    f"producer has {_shorten(self._patterns)} with shuffle={self._shuffle}"
+                )
+            return
+        if not self._expanded():
+            if shuffle is not self._shuffle:
+                raise InvalidArgumentError(
+                    f"checkpoint of a {what} with shuffle={shuffle!r} does not fit this one "
+                    f"with shuffle={self._shuffle}"
+                )
+            self._pending_tree = tree  # checked against the files once they are listed
+            return
         self._check_inputs(inputs)
         if (
             rows != len(self._rows)
@@ -372,6 +479,24 @@ class InputProducer:
                 f"shuffle={self._shuffle}: the saved position is in another order of the rows"
             )
         self.restore(state)
+
+    def _claimed_files(self) -> list[str]:
+        """The files a held checkpoint says the patterns matched, those the patterns can
+        name (for the vetting of an unsigned restore, before the listing)."""
+        tree = self._pending_tree
+        if tree is None or self._patterns is None:
+            return []
+        try:
+            values = tree["inputs"][0]["values"]
+        except (TypeError, KeyError, IndexError):
+            return []
+        if not isinstance(values, list):
+            return []
+        return [
+            v
+            for v in values
+            if isinstance(v, str) and any(pattern_names(p, v) for p in self._patterns)
+        ]
 
     def _check_inputs(self, saved: Any) -> None:
         """Refuse a checkpoint whose producer ran over other inputs than this one.

@@ -17,6 +17,7 @@ task, plus :class:`SliceProducer` (what ``slice_input_producer`` returns) and
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
@@ -94,10 +95,13 @@ def _start(
     shared_name: str | None,
     name: str | None,
     inputs: Sequence[np.ndarray[Any, Any]] | None = None,
+    patterns: Sequence[str] | None = None,
 ) -> FIFOQueue:
     """Make the queue, the producer and its runner, and start the runner in the coordinator.
 
     ``inputs``: what identifies the input in checkpoints, when it is not ``rows``.
+    ``patterns``: glob patterns the runner lists before the first epoch (``rows`` is then
+    empty until they are listed).
     """
     backend = current_resources().backend
     if shared_name and backend is not None and backend.shares(FIFOQueue):
@@ -115,11 +119,20 @@ def _start(
         queue = FIFOQueue(
             capacity, rows.dtype, tuple(rows.shape[1:]), name=name, shared_name=shared_name
         )
+    checkpointer = current_checkpointer()
     producer = InputProducer(
-        what, rows, queue, num_epochs=num_epochs, shuffle=shuffle, seed=seed, inputs=inputs
+        what,
+        rows,
+        queue,
+        num_epochs=num_epochs,
+        shuffle=shuffle,
+        seed=seed,
+        inputs=inputs,
+        patterns=patterns,
+        # The listed files are work items an unsigned restore may make readers read.
+        on_expanded=checkpointer.allow_work_items if checkpointer is not None else None,
     )
     setattr(queue, _PRODUCER_ATTR, producer)
-    checkpointer = current_checkpointer()
     if checkpointer is not None:
         if checkpointer.vetting:  # the names an unsigned restore may make readers read
             for array in producer._inputs:
@@ -128,6 +141,11 @@ def _start(
         checkpointer.register(
             "producer", producer, InputProducer._checkpoint_save, InputProducer._checkpoint_restore
         )
+        if patterns is not None:
+            # Readers restored before the runner lists the files may read those the
+            # checkpoint says the patterns matched, if the patterns can name them; the
+            # listing then checks the checkpoint's list against the files found.
+            checkpointer.allow_work_items(producer._claimed_files())
     QueueRunner(queue, [producer]).start(coord=owner)
     return queue
 
@@ -160,11 +178,21 @@ def string_input_producer(
     coord: Coordinator | None = None,
     shared_name: str | None = None,
     name: str | None = None,
+    glob: bool = False,
 ) -> FIFOQueue:
     """Return a queue of strings (typically file names) refilled epoch after epoch.
 
+    With ``glob=True`` the strings are glob patterns, local (``data/train-*.tfrecord``,
+    ``**`` across directories) or fsspec URLs (``s3://bucket/train-*``), as for
+    :func:`~asyncreader.match_filenames_once`: the runner task lists the files they match
+    before the first epoch (on the I/O executor: construction does no I/O), and the queue
+    carries those files, sorted, each once, shuffled per epoch as usual. Checkpoints
+    identify the input by that list of files. Without ``glob`` every string is taken as it
+    is, as TensorFlow does, also one containing ``*``, ``?`` or ``[``.
+
     Args:
-        string_tensor: A 1-D sequence of ``str`` / ``bytes``.
+        string_tensor: A 1-D sequence of ``str`` / ``bytes`` (with ``glob=True``: of
+            ``str`` or ``os.PathLike`` patterns).
         num_epochs: How many times to enqueue the strings; ``None`` for ever.
         shuffle: Permute the strings afresh each epoch.
         seed: Seed for the permutations; the same seed gives the same sequence.
@@ -172,6 +200,13 @@ def string_input_producer(
         coord: The Coordinator to run the runner in; default the current one.
         shared_name: Share the queue under this name (see FIFOQueue).
         name: The queue's name, quoted in its error messages.
+        glob: Take the strings as glob patterns and produce the files they match. A
+            pattern that matches no file stops the pipeline with
+            :class:`~asyncreader.NotFoundError` naming it (raised by the Coordinator
+            and the Session, as any runner error; a reader waiting on the queue sees it
+            closed). A string without wildcards names one file, which must exist; to
+            name a file whose name holds wildcard characters, escape them
+            (:func:`glob.escape`).
 
     Returns:
         The FIFOQueue (one string component, scalar shape). :func:`producer_of` returns
@@ -180,7 +215,8 @@ def string_input_producer(
     Raises:
         InvalidArgumentError: ``string_tensor`` is empty
             (``string_input_producer requires a non-null input tensor``) or not 1-D;
-            ``num_epochs <= 0`` (``num_epochs must be > 0 not <n>``).
+            ``num_epochs <= 0`` (``num_epochs must be > 0 not <n>``); with ``glob=True``,
+            a pattern that is not a ``str`` or path.
         FailedPreconditionError: no ``coord`` was given and no Coordinator is current,
             or ``shared_name`` was given in a Session with a cluster.
     """
@@ -195,9 +231,19 @@ def string_input_producer(
         )
     if rows.dtype != np.dtype(object):
         raise InvalidArgumentError(f"string_input_producer needs strings, got {rows.dtype} values")
+    patterns: list[str] | None = None
+    if glob:
+        patterns = [os.fspath(p) if isinstance(p, os.PathLike) else p for p in rows.tolist()]
+        if not all(isinstance(p, str) for p in patterns):
+            raise InvalidArgumentError(
+                "string_input_producer with glob=True needs str or os.PathLike patterns, not "
+                f"{next(p for p in patterns if not isinstance(p, str))!r}"
+            )
+        rows = np.empty(0, dtype=object)  # the files, once the runner has listed them
     return _start(
         what,
         rows,
+        patterns=patterns,
         num_epochs=epochs,
         shuffle=shuffle,
         seed=seed,

@@ -37,6 +37,7 @@ def test_every_example_is_tested() -> None:
         "cifar10_train",
         "custom_reader",
         "tfrecord_example_roundtrip",
+        "torch_train",
         "web_service",
     }
     assert {path.stem for path in EXAMPLES.glob("*.py")} == tested
@@ -54,6 +55,15 @@ def test_example_runs_as_a_script(name: str) -> None:
     assert done.returncode == 0, done.stderr
     assert done.stdout
     assert "Traceback" not in done.stderr
+
+
+def test_torch_example_trains_a_model_from_tfrecord_files(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    pytest.importorskip("torch", reason="PyTorch (asyncreader[torch]) is not installed")
+    accuracy = load_example("torch_train")["main"](["--epochs", "2"])
+    assert accuracy > 0.9
+    assert "accuracy on 1000 new examples" in capsys.readouterr().out
 
 
 def test_custom_reader_reads_every_record(capsys: pytest.CaptureFixture[str]) -> None:
