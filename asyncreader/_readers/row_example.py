@@ -1,0 +1,170 @@
+"""Rows as ``tf.train.Example`` records: the value format of the database readers.
+
+A row becomes one serialized Example with a feature per column, named as the column:
+an integer (or boolean) is an ``int64_list`` of one value, a float a ``float_list`` of one
+float32, text (UTF-8) and blobs a ``bytes_list`` of one value, an array of those a list of
+several, and NULL no feature at all (so ``parse_example`` gives the spec's
+``default_value``, or nothing in a ``VarLenFeature``).
+
+The bytes are written directly, without building :class:`~asyncreader.Example` objects:
+each column's encoder prepends header bytes computed once per column (and per varint
+length for integers) to the value's own bytes, so a row costs a few concatenations per
+column. Rows of one table encode to the same layout wherever their values have the same
+width (floats always do), which is what ``parse_example``'s shared-layout fast path
+decodes a batch at a time.
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import TYPE_CHECKING, Final
+
+import numpy as np
+
+from .._decoders import wire
+from .._errors import InvalidArgumentError
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
+
+__all__ = ["RowEncoder"]
+
+_FLOAT: Final = struct.Struct("<f")
+_INT64_MIN: Final = -(1 << 63)
+_INT64_MAX: Final = (1 << 63) - 1
+
+
+def _varint(value: int) -> bytes:
+    """A protobuf varint (negative int64 values as their 64-bit two's complement)."""
+    if 0 <= value < 0x80:
+        return bytes((value,))
+    if value < 0:
+        value += 1 << 64
+    out = bytearray()
+    while value >= 0x80:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+def _delimited(field: int, payload: bytes) -> bytes:
+    """``payload`` as length-delimited field ``field``."""
+    return bytes((field << 3 | 2,)) + _varint(len(payload)) + payload
+
+
+class _Unencodable(Exception):
+    """A value the Example format cannot hold (turned into InvalidArgumentError)."""
+
+
+class _Column:
+    """The encoders of one column's values into a ``features`` map entry."""
+
+    __slots__ = ("_float_head", "_int_heads", "_name_part", "name")
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self._name_part = _delimited(1, name.encode("utf-8"))
+        # Entry header for an int64_list of one value of each varint length 1..10.
+        self._int_heads = [b""] + [self._head(wire.INT64, length) for length in range(1, 11)]
+        self._float_head = self._head(wire.FLOAT, 4)
+
+    def _head(self, kind: int, length: int) -> bytes:
+        """The bytes of a map entry up to its one packed value of ``length`` bytes."""
+        packed = b"\x0a" + _varint(length)  # the list's field 1, packed
+        feature_len = len(packed) + length
+        feature = bytes((kind << 3 | 2,)) + _varint(feature_len)  # Feature's oneof field
+        value_len = len(feature) + feature_len
+        entry_body = self._name_part + b"\x12" + _varint(value_len) + feature + packed
+        return b"\x0a" + _varint(len(entry_body) + length) + entry_body
+
+    def encode(self, value: object) -> bytes:
+        """The map entry of ``value`` (``b""`` for NULL: no feature)."""
+        kind = type(value)
+        if kind is int or kind is bool:
+            number = int(value)  # type: ignore[call-overload]
+            if not _INT64_MIN <= number <= _INT64_MAX:
+                raise _Unencodable(f"integer {number} does not fit in int64")
+            digits = _varint(number)
+            return self._int_heads[len(digits)] + digits
+        if kind is float:
+            try:
+                return self._float_head + _FLOAT.pack(value)
+            except OverflowError:
+                raise _Unencodable(f"float {value!r} does not fit in float32") from None
+        if kind is bytes:
+            return self._entry(wire.BYTES, _delimited(1, value))  # type: ignore[arg-type]
+        if kind is str:
+            return self._entry(wire.BYTES, _delimited(1, value.encode("utf-8")))  # type: ignore[attr-defined]
+        if value is None:
+            return b""
+        if isinstance(value, (bytes, bytearray, memoryview)):
+            return self._entry(wire.BYTES, _delimited(1, bytes(value)))
+        if isinstance(value, (list, tuple)):
+            return self._list(value)
+        raise _Unencodable(
+            f"a value of type {kind.__name__} has no Example form (integers, floats, text, "
+            "blobs and arrays of them have)"
+        )
+
+    def _entry(self, kind: int, body: bytes) -> bytes:
+        return _delimited(1, self._name_part + _delimited(2, _delimited(kind, body)))
+
+    def _list(self, values: list[object] | tuple[object, ...]) -> bytes:
+        """An array column: a list of several values of one kind (NULL elements refused)."""
+        kinds = {type(v) for v in values}
+        try:
+            if kinds <= {int, bool}:  # an empty array too: an empty int64_list
+                body = wire.encode_feature(wire.INT64, np.array(values, dtype=np.int64))
+            elif kinds <= {float, int}:
+                with np.errstate(over="raise"):
+                    body = wire.encode_feature(wire.FLOAT, np.array(values, dtype=np.float32))
+            elif kinds <= {bytes, str}:
+                items = [v.encode("utf-8") if isinstance(v, str) else v for v in values]
+                body = wire.encode_feature(wire.BYTES, items)
+            else:
+                raise _Unencodable(
+                    f"an array of {', '.join(sorted(k.__name__ for k in kinds))} has no "
+                    "Example form (one of integers, floats or text/blobs, without NULLs, has)"
+                )
+        except (OverflowError, FloatingPointError) as exc:
+            raise _Unencodable(f"an array value does not fit: {exc}") from None
+        return _delimited(1, self._name_part + _delimited(2, body))
+
+
+class RowEncoder:
+    """Encodes rows (sequences of column values) as serialized Examples."""
+
+    __slots__ = ("_encoders", "columns")
+
+    def __init__(self, columns: Sequence[str]) -> None:
+        #: The column names, in the order rows hold their values: protobuf's deterministic
+        #: order of map keys, so that a row's bytes equal TensorFlow's
+        #: ``SerializeToString(deterministic=True)`` of the same Example.
+        self.columns = tuple(sorted(columns, key=lambda c: wire.upb_key_order(c.encode())))
+        self._encoders: list[Callable[[object], bytes]] = [_Column(c).encode for c in self.columns]
+
+    def encode(self, rows: Sequence[Sequence[object]], start: int = 0) -> tuple[list[bytes], int]:
+        """Encode ``rows[start:]`` in order; return the values and the index of the first
+        row that cannot be encoded (``len(rows)`` when all can)."""
+        encoders = self._encoders
+        out: list[bytes] = []
+        add = out.append
+        i = start
+        try:
+            for i in range(start, len(rows)):
+                # A row may hold more values than there are columns (the key, last).
+                body = b"".join([enc(v) for enc, v in zip(encoders, rows[i])])  # noqa: B905
+                add(b"\x0a" + _varint(len(body)) + body)
+        except _Unencodable:
+            return out, i
+        return out, len(rows)
+
+    def error(self, row: Sequence[object]) -> str:
+        """Describe why ``row`` cannot be encoded (the first bad column)."""
+        for name, encode, value in zip(self.columns, self._encoders, row):  # noqa: B905
+            try:
+                encode(value)
+            except _Unencodable as exc:
+                return f"column {name!r}: {exc}"
+        raise InvalidArgumentError("the row encodes")  # pragma: no cover - callers check
