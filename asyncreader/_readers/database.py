@@ -20,9 +20,13 @@ import struct
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
+import numpy as np
+
 from .._errors import DataLossError, InvalidArgumentError, NotFoundError
+from .._records.batch import RecordBatch
 from .._records.keys import bulk_keys
 from .base import ReaderBase
+from .hook_path import as_lists
 from .row_example import RowEncoder
 from .state import SKIP, check_skip
 from .table_work import TableShard, database_name, quote_name
@@ -31,8 +35,15 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
 
     from .._error_policy import OnError
+    from .base import ReadManyResult
 
-__all__ = ["DEFAULT_FETCH_ROWS", "SQLiteConnection", "SQLiteReader", "TableReader"]
+__all__ = [
+    "DEFAULT_FETCH_ROWS",
+    "SQLiteConnection",
+    "SQLiteReader",
+    "TableReader",
+    "one_record",
+]
 
 #: Rows fetched per round trip (per thread hop for SQLite) unless a call asks for more.
 DEFAULT_FETCH_ROWS: Final = 2048
@@ -141,16 +152,17 @@ class TableReader(ReaderBase):
         self._rows, self._pos = rows, 0
         self._exhausted = len(rows) < limit
 
-    def _take(self, n: int) -> tuple[list[bytes], list[bytes], bool]:
-        """Deliver up to ``n`` fetched rows as records; raise for a row that cannot be one
+    def _take(self, n: int) -> ReadManyResult:
+        """Deliver up to ``n`` fetched rows as records (a batch when they are all numeric),
+        and whether the work item ends with them; raise for a row that cannot be one
         (after delivering the rows before it: the next call raises again)."""
         rows, i = self._rows, self._pos
         if i >= len(rows):
             return [], [], self._exhausted
         chunk = rows[i : i + n]
         keys = [row[-1] for row in chunk]
-        bad_key = next((k for k in keys if type(k) is not int), None)
-        if bad_key is not None:
+        if set(map(type, keys)) != {int}:  # SQLite keys may hold anything
+            bad_key = next(k for k in keys if type(k) is not int)
             good = keys.index(bad_key)
             if good == 0:
                 raise self._error(
@@ -161,6 +173,19 @@ class TableReader(ReaderBase):
             chunk, keys = chunk[:good], keys[:good]
         encoder = self._encoder
         assert encoder is not None
+        matrix = encoder.encode_matrix(chunk)
+        if matrix is not None:
+            # A whole chunk of numeric rows: one buffer, no bytes object per record.
+            width = matrix.shape[1]
+            self._advance(i, keys)
+            batch = RecordBatch(
+                matrix.reshape(-1),
+                np.arange(0, len(keys) * width, width, dtype=np.int64),
+                np.full(len(keys), width, dtype=np.int64),
+                keys=bulk_keys(self._prefix, keys),
+                work=self._work,
+            )
+            return batch, self._at_end()
         values, good = encoder.encode(chunk)
         if good < len(chunk):
             if good == 0:
@@ -171,10 +196,15 @@ class TableReader(ReaderBase):
                     record=key,
                 )
             keys = keys[:good]
+        self._advance(i, keys)
+        return bulk_keys(self._prefix, keys), values, self._at_end()
+
+    def _advance(self, i: int, keys: list[int]) -> None:
         self._pos = i + len(keys)
         self._cursor = keys[-1]
-        at_end = self._pos >= len(rows) and self._exhausted
-        return bulk_keys(self._prefix, keys), values, at_end
+
+    def _at_end(self) -> bool:
+        return self._pos >= len(self._rows) and self._exhausted
 
     def _error(
         self,
@@ -305,6 +335,15 @@ class SQLiteConnection:
         return low, high
 
 
+def one_record(taken: ReadManyResult) -> tuple[bytes, bytes, bool] | None:
+    """``read_many(1)``'s record as ``read_one`` returns it."""
+    if len(taken) == 2:
+        (keys, values), at_end = as_lists(taken[0]), taken[1]
+    else:
+        keys, values, at_end = taken
+    return (keys[0], values[0], at_end) if keys else None
+
+
 def _text(value: object) -> str:
     return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
 
@@ -382,7 +421,7 @@ class SQLiteReader(TableReader):
         names = self._sqlite.check_table(shard.table, shard.key, self.columns, work)
         self._start(work, shard, names)
 
-    def read_many(self, n: int) -> tuple[list[bytes], list[bytes], bool]:
+    def read_many(self, n: int) -> ReadManyResult:
         if self._wants_fetch():
             limit = max(n, self.fetch_rows)
             sql, params = self._params(limit)
@@ -392,8 +431,7 @@ class SQLiteReader(TableReader):
         return self._take(n)
 
     def read_one(self) -> tuple[bytes, bytes, bool] | None:
-        keys, values, at_end = self.read_many(1)
-        return (keys[0], values[0], at_end) if keys else None
+        return one_record(self.read_many(1))
 
     def restore_extra(self, extra: bytes) -> None:
         self._restore_cursor(extra)

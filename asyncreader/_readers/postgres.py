@@ -15,13 +15,14 @@ import anyio
 import sniffio
 
 from .._errors import DataLossError, FailedPreconditionError, InvalidArgumentError, NotFoundError
-from .database import DEFAULT_FETCH_ROWS, TableReader
+from .database import DEFAULT_FETCH_ROWS, TableReader, one_record
 from .table_work import TableShard, database_name, quote_name
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
     from .._error_policy import OnError
+    from .base import ReadManyResult
     from .work import WorkQueue
 
 __all__ = ["PostgresReader", "postgres_bounds"]
@@ -248,7 +249,7 @@ class PostgresReader(TableReader):
         )
         self._start(work, shard, names)
 
-    async def read_many(self, n: int) -> tuple[list[bytes], list[bytes], bool]:
+    async def read_many(self, n: int) -> ReadManyResult:
         if self._wants_fetch():
             limit = max(n, self.fetch_rows)
             sql, params = self._params(limit)
@@ -258,8 +259,7 @@ class PostgresReader(TableReader):
         return self._take(n)
 
     async def read_one(self) -> tuple[bytes, bytes, bool] | None:
-        keys, values, at_end = await self.read_many(1)
-        return (keys[0], values[0], at_end) if keys else None
+        return one_record(await self.read_many(1))
 
     async def restore_extra(self, extra: bytes) -> None:
         self._restore_cursor(extra)
