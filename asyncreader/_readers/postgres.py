@@ -175,7 +175,9 @@ class PostgresReader(TableReader):
     next ones; closing the reader closes it (or drops it, if the server does not answer
     within 2 s), and so do ``reset()`` and an error that abandons a work item. A read
     cancelled mid-query delivers nothing and leaves the position where it was (asyncpg
-    cancels the query on the server).
+    cancels the query on the server). A read that loses the connection (the server
+    restarted) raises :class:`~asyncreader.DataLossError` and leaves the work item in
+    progress: the next read connects again and goes on after the last key delivered.
 
     asyncpg runs on asyncio only: on trio, every read raises
     :class:`~asyncreader.FailedPreconditionError` before taking a work item, so none is
@@ -254,7 +256,16 @@ class PostgresReader(TableReader):
             limit = max(n, self.fetch_rows)
             sql, params = self._params(limit)
             assert self._shard is not None
-            rows = await _fetch(self._conn, self.database, self._shard.table, sql, params)
+            if self._conn is None:
+                # The connection was lost by an earlier read: the work item goes on, at
+                # the same key, on a new one.
+                self._conn = await _connect(self._dsn, self._work)
+            try:
+                rows = await _fetch(self._conn, self.database, self._shard.table, sql, params)
+            except DataLossError:
+                if self._conn.is_closed():
+                    self._conn = None
+                raise
             self._fetched(rows, limit)
         return self._take(n)
 

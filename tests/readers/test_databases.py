@@ -689,3 +689,23 @@ async def test_numeric_chunk_with_a_float_beyond_float32_names_its_row(tmp_path:
             assert batch.keys() == [b"m:%d" % i for i in range(40)]
             with pytest.raises(ar.InvalidArgumentError, match=r"key 40 .*'x': float -1e\+300"):
                 await reader.read_batch(queue, 100)
+
+
+@pytest.mark.network
+async def test_postgres_lost_connection_fails_the_read_and_the_next_goes_on(
+    pg_table: str,
+) -> None:
+    async with ar.PostgresReader(pg_table, fetch_rows=50) as reader:
+        queue = await work_queue(["sql:t?key=id&hi=200"])
+        keys, _ = await reader.read_up_to(queue, 50)
+        # The server drops the reader's connection (as a restart would).
+        await pg(
+            pg_table,
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+            "WHERE backend_type = 'client backend' AND pid <> pg_backend_pid()",
+        )
+        with anyio.fail_after(10):
+            with pytest.raises(ar.DataLossError, match=r"/postgres, table 't'"):
+                await reader.read_up_to(queue, 50)
+            rest = [k for k, _ in await drain(reader, queue)]
+    assert keys + rest == [b"t:%d" % i for i in range(200)]
