@@ -40,10 +40,8 @@ _INT64_MIN: Final = -(1 << 63)
 _INT64_MAX: Final = (1 << 63) - 1
 
 
-def _varint(value: int) -> bytes:
+def _long_varint(value: int) -> bytes:
     """A protobuf varint (negative int64 values as their 64-bit two's complement)."""
-    if 0 <= value < 0x80:
-        return bytes((value,))
     if value < 0:
         value += 1 << 64
     out = bytearray()
@@ -52,6 +50,20 @@ def _varint(value: int) -> bytes:
         value >>= 7
     out.append(value)
     return bytes(out)
+
+
+#: The varints of 0..16383 (one or two bytes), looked up instead of computed.
+_SHORT_VARINTS: Final = [_long_varint(i) for i in range(1 << 14)]
+_SHORT_LIMIT: Final = 1 << 14
+#: Text and blob values up to this long have their entry header cached per length.
+_CACHED_LENGTHS: Final = 4096
+
+
+def _varint(value: int) -> bytes:
+    """A protobuf varint (negative int64 values as their 64-bit two's complement)."""
+    if 0 <= value < _SHORT_LIMIT:
+        return _SHORT_VARINTS[value]
+    return _long_varint(value)
 
 
 def _delimited(field: int, payload: bytes) -> bytes:
@@ -66,7 +78,7 @@ class _Unencodable(Exception):
 class _Column:
     """The encoders of one column's values into a ``features`` map entry."""
 
-    __slots__ = ("_float_head", "_int_heads", "_name_part", "name")
+    __slots__ = ("_bytes_heads", "_float_head", "_int_heads", "_name_part", "name")
 
     def __init__(self, name: str) -> None:
         self.name = name
@@ -74,6 +86,18 @@ class _Column:
         # Entry header for an int64_list of one value of each varint length 1..10.
         self._int_heads = [b""] + [self._head(wire.INT64, length) for length in range(1, 11)]
         self._float_head = self._head(wire.FLOAT, 4)
+        # Entry header of a bytes_list of one value, by the value's length.
+        self._bytes_heads: dict[int, bytes] = {}
+
+    def _bytes_entry(self, value: bytes) -> bytes:
+        length = len(value)
+        head = self._bytes_heads.get(length)
+        if head is None:
+            entry = self._entry(wire.BYTES, _delimited(1, value))
+            if length < _CACHED_LENGTHS:
+                self._bytes_heads[length] = entry[: len(entry) - length]
+            return entry
+        return head + value
 
     def fixed(self, values: Sequence[object]) -> tuple[bytes, np.ndarray] | None:
         """The entries of a whole column as one header and a ``(rows, width)`` matrix of
@@ -124,13 +148,13 @@ class _Column:
             except OverflowError:
                 raise _Unencodable(f"float {value!r} does not fit in float32") from None
         if kind is bytes:
-            return self._entry(wire.BYTES, _delimited(1, value))  # type: ignore[arg-type]
+            return self._bytes_entry(value)  # type: ignore[arg-type]
         if kind is str:
-            return self._entry(wire.BYTES, _delimited(1, value.encode("utf-8")))  # type: ignore[attr-defined]
+            return self._bytes_entry(value.encode("utf-8"))  # type: ignore[attr-defined]
         if value is None:
             return b""
         if isinstance(value, (bytes, bytearray, memoryview)):
-            return self._entry(wire.BYTES, _delimited(1, bytes(value)))
+            return self._bytes_entry(bytes(value))
         if isinstance(value, (list, tuple)):
             return self._list(value)
         raise _Unencodable(

@@ -716,3 +716,32 @@ async def test_postgres_lost_connection_fails_the_read_and_the_next_goes_on(
                 await reader.read_up_to(queue, 50)
             rest = [k for k, _ in await drain(reader, queue)]
     assert keys + rest == [b"t:%d" % i for i in range(200)]
+
+
+async def test_text_and_blob_values_of_every_length_encode_as_tensorflow_does(
+    tmp_path: Path,
+) -> None:
+    # Lengths around the varint boundaries of the value and of the entry around it, and
+    # past the lengths whose headers are cached.
+    lengths = [0, 1, 100, 110, 127, 128, 200, 16383, 16384, 5000, 100, 0]
+    db = tmp_path / "l.db"
+    await asql(db, "CREATE TABLE l (k INTEGER PRIMARY KEY, t TEXT, b BLOB, big INTEGER)")
+    with sqlite3.connect(db) as conn:
+        conn.executemany(
+            "INSERT INTO l VALUES (?, ?, ?, ?)",
+            [(i, "é" * (n // 2), b"\x00" * n, 1 << (7 * (i % 9))) for i, n in enumerate(lengths)],
+        )
+    conn.close()
+    async with ar.SQLiteReader(db, columns=["t", "b", "big"]) as reader:
+        _, values = await reader.read_up_to(await work_queue(["sql:l?key=k"]), 100)
+    expected = [
+        ar.Example(
+            {
+                "t": ar.Feature(bytes_list=[("é" * (n // 2)).encode()]),
+                "b": ar.Feature(bytes_list=[b"\x00" * n]),
+                "big": ar.Feature(int64_list=[1 << (7 * (i % 9))]),
+            }
+        ).SerializeToString()
+        for i, n in enumerate(lengths)
+    ]
+    assert values == expected
