@@ -1,7 +1,7 @@
 """SQLiteReader and PostgresReader: table rows as Example records, by key range.
 
 The PostgreSQL tests run against a real server (Debian's ``postgresql`` binaries, started
-for this session as the ``postgres`` user on a free loopback port, see
+for the test run as the ``postgres`` user on a free loopback port, see
 ``postgres_server.py``); they are skipped, with the reason, where those binaries or
 asyncpg are absent. Both readers are checked the same way: every row exactly once over
 the shards of :func:`~asyncreader.table_shards`, values that ``parse_example`` decodes to
@@ -414,7 +414,7 @@ async def test_checkpoint_restore_only_reads_the_programs_tables(sqlite_db: Path
 
 @pytest.fixture(scope="session")
 def postgres_url() -> Iterator[str]:
-    """A PostgreSQL server for the session, with table ``t`` of the test rows."""
+    """A PostgreSQL server for the whole test run (``pg_table`` makes the tables)."""
     pytest.importorskip("asyncpg", reason="asyncpg (asyncreader[postgres]) is not installed")
     bindir = postgres_bin()
     if bindir is None:
