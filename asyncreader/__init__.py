@@ -153,8 +153,11 @@ from ._queues.statistics import QueueStatistics as QueueStatistics
 # --- readers ---
 from ._readers.base import ReaderBase as ReaderBase
 from ._readers.base import ReaderStatistics as ReaderStatistics
+from ._readers.database import SQLiteReader as SQLiteReader
 from ._readers.fixed_length import FixedLengthRecordReader as FixedLengthRecordReader
 from ._readers.identity import IdentityReader as IdentityReader
+from ._readers.postgres import PostgresReader as PostgresReader
+from ._readers.table_work import table_shards as table_shards
 from ._readers.text_line import TextLineReader as TextLineReader
 from ._readers.tfrecord import TFRecordReader as TFRecordReader
 from ._readers.whole_file import WholeFileReader as WholeFileReader
@@ -221,6 +224,7 @@ __all__ = [
     "PaddingFIFOQueue",
     "parse_example",
     "parse_single_example",
+    "PostgresReader",
     "PriorityQueue",
     "ProducerStatistics",
     "QueueClosedError",
@@ -245,8 +249,10 @@ __all__ = [
     "shuffle_batch_join",
     "slice_input_producer",
     "SparseTensorValue",
+    "SQLiteReader",
     "StageStatistics",
     "string_input_producer",
+    "table_shards",
     "TextLineReader",
     "tf_record_iterator",
     "to_jax",

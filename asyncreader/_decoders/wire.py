@@ -402,7 +402,7 @@ def encode_feature(kind: int, values: object) -> bytes:
     return bytes(((kind << 3) | 2,)) + encode_varint(len(body)) + body
 
 
-def _upb_key_order(key: bytes) -> tuple[int, ...]:
+def upb_key_order(key: bytes) -> tuple[int, ...]:
     # upb's deterministic order: bytewise, but a key sorts before its own prefixes.
     return (*key, 256)
 
@@ -416,7 +416,7 @@ def encode_example(features: dict[bytes, bytes] | None) -> bytes:
     if features is None:
         return b""
     entries = []
-    for key in sorted(features, key=_upb_key_order):
+    for key in sorted(features, key=upb_key_order):
         value = features[key]
         entry = (
             b"\x0a" + encode_varint(len(key)) + key + b"\x12" + encode_varint(len(value)) + value

@@ -31,3 +31,21 @@ def test_readers_benchmark_runs_and_reports_every_bar(tmp_path: Path) -> None:
         assert bar in out
     # The data files were written where --dir says.
     assert {p.name for p in tmp_path.iterdir()} >= {"big.tfrecord", "lines.txt", "fixed.bin"}
+
+
+DATABASES = Path(__file__).parents[2] / "benchmarks" / "databases.py"
+
+
+def test_databases_benchmark_runs_and_every_method_sees_every_row() -> None:
+    # The script asserts each method's row count; SQLite only, so no bar applies.
+    done = subprocess.run(
+        [sys.executable, str(DATABASES), "--rows", "3000", "--no-postgres"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    for line in ("SQLite mixed ", "SQLite numeric ", "CSV line + decode_csv"):
+        assert line in done.stdout
+    assert done.stdout.count("read_batch + parse_example") == 2
