@@ -170,7 +170,7 @@ _FEATURE_ENCODERS: Final = {
 def _examples(keys: list[bytes], features: list[list[bytes]]) -> list[bytes]:
     """Serialize one Example per row of ``features`` (a list per key), with the bytes of
     :func:`~asyncreader._decoders.wire.encode_example` (keys in its order)."""
-    order = sorted(range(len(keys)), key=lambda i: wire._upb_key_order(keys[i]))
+    order = sorted(range(len(keys)), key=lambda i: wire.upb_key_order(keys[i]))
     prefixes = [b"\x0a" + wire.encode_varint(len(keys[i])) + keys[i] + b"\x12" for i in order]
     columns = [features[i] for i in order]
     varint = wire.encode_varint

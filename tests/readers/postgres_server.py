@@ -20,7 +20,7 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from readers_util import free_port
+from servers_util import free_port
 
 if TYPE_CHECKING:
     from collections.abc import Iterator

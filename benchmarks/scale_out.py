@@ -1,6 +1,6 @@
 """Scale-out on Ray: what a shared queue costs, and records/s with 1, 2 and 4 ranks.
 
-Run: ``python benchmarks/distributed.py [--files 16] [--records 2000] [--record-bytes 1024]
+Run: ``python benchmarks/scale_out.py [--files 16] [--records 2000] [--record-bytes 1024]
 [--ranks 1,2,4]`` (needs ``pip install "asyncreader[ray]"``).
 
 Starts a local Ray cluster on loopback (every socket on 127.0.0.1, token authentication with
@@ -33,7 +33,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import anyio
 
@@ -201,7 +201,7 @@ def main() -> None:
             _temp_dir=str(Path(tmp) / "ray"),
         )
         print(f"local Ray cluster up in {time.perf_counter() - started:.1f} s")
-        address = context.address_info["gcs_address"]
+        address = cast("Any", context).address_info["gcs_address"]
         try:
             cluster = ar.RayCluster(None, f"bench-{secrets.token_hex(4)}")
             rows = anyio.run(_queue_costs, cluster, args.repeat)
