@@ -61,6 +61,12 @@ async def status(queue: Any) -> dict[str, Any]:
     return result
 
 
+async def drain(reader: ar.TFRecordReader, queue: Any) -> None:
+    """Read until the reader raises (at most a few calls)."""
+    for _ in range(5):
+        await reader.read_up_to(queue, 100)
+
+
 def anchor_of(sess: ar.Session) -> Any:
     """The anchor actor of a rank's session: killing it is the rank's death."""
     backend: Any = sess._backend
@@ -179,3 +185,66 @@ def in_session(sess: ar.Session, build: Any) -> Any:
         return build()
     finally:
         context._session.reset(token)
+
+
+async def test_a_fully_acked_lease_resumes_at_its_reported_position(
+    ray_env: RayEnv, namespace: str, tmp_path: Path
+) -> None:
+    paths, keys = await write_files(tmp_path, [60])
+    cluster = ar.RayCluster(namespace=namespace)
+    async with (
+        ar.Session(cluster=cluster, rank=0, world_size=2) as s0,
+        ar.Session(cluster=cluster, rank=1, world_size=2) as s1,
+    ):
+        with anyio.fail_after(60):
+            work0 = in_session(s0, lambda: ar.FIFOQueue(None, shared_name="files"))
+            work1 = in_session(s1, lambda: ar.FIFOQueue(None, shared_name="files"))
+            await work0.enqueue_many(paths)
+            await work0.close()
+            reader1 = ar.TFRecordReader()
+            first, _ = await reader1.read_up_to(work1, 25)
+            await s1.ack(first)  # everything read so far is consumed: a clean position
+            await anyio.to_thread.run_sync(ray_env.ray.kill, anchor_of(s1))
+            await until_dead(work0)
+            reader0 = ar.TFRecordReader()
+            rest, _ = await reader0.read_up_to(work0, 100)
+            assert rest == keys[25:]  # continued exactly there
+            # ... by seeking: the acked keys before the position were never read again.
+            [held] = work0._leases._held.values()
+            assert (len(held.skip), held.base) == (25, 25)
+            await s0.ack(rest)
+            with pytest.raises(ar.OutOfRangeError):
+                await reader0.read(work0)
+
+
+@pytest.mark.both_backends
+async def test_a_silent_rank_times_out_and_is_fenced(namespace: str, tmp_path: Path) -> None:
+    paths, keys = await write_files(tmp_path, [30])
+    quiet = ar.RayCluster(namespace=namespace, lease_timeout=1.0)
+    async with (
+        ar.Session(cluster=ar.RayCluster(namespace=namespace), rank=0, world_size=2) as s0,
+        ar.Session(cluster=quiet, rank=1, world_size=2) as s1,
+    ):
+        with anyio.fail_after(60):
+            work0 = in_session(s0, lambda: ar.FIFOQueue(None, shared_name="files"))
+            work1 = in_session(s1, lambda: ar.FIFOQueue(None, shared_name="files"))
+            await work0.enqueue_many(paths)
+            await work0.close()
+            reader1 = ar.TFRecordReader()
+            first, _ = await reader1.read_up_to(work1, 10)
+            await s1.ack(first[:4])
+            await anyio.sleep(1.5)  # heartbeats keep a rank alive while it computes
+            assert (await status(work0))["dead"] == {}
+            backend: Any = s1._backend
+            await anyio.to_thread.run_sync(backend._heartbeat.stop)  # the rank falls silent
+            st = await until_dead(work0)
+            [why] = st["dead"].values()
+            assert "silent for more than 1 s" in why
+            with pytest.raises(ar.FailedPreconditionError, match="declared dead"):
+                await s1.ack(first[4:])
+            with pytest.raises(ar.FailedPreconditionError, match="declared dead"):
+                await drain(reader1, work1)  # what its reader holds, then its next take
+            reader0 = ar.TFRecordReader()
+            rest, _ = await reader0.read_up_to(work0, 100)
+            assert rest == keys[4:]  # the unacked records, from the silent rank's lease
+            await s0.ack(rest)
