@@ -181,8 +181,6 @@ class RayBackend:
             leases = queue._leases
             assert leases is not None
             updates = leases.updates(by_lease)
-            if not updates:
-                continue
             reply = await self._wait(
                 queue._actor.ack.remote(self._client, updates), queue.name, queue._actor
             )

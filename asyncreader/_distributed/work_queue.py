@@ -27,7 +27,12 @@ import dataclasses
 import time
 from typing import Any
 
-from .._errors import FailedPreconditionError, InvalidArgumentError, OutOfRangeError
+from .._errors import (
+    DataLossError,
+    FailedPreconditionError,
+    InvalidArgumentError,
+    OutOfRangeError,
+)
 
 __all__ = ["LeaseBook"]
 
@@ -82,6 +87,7 @@ class LeaseBook:
         self._changed = asyncio.Event()
         self._watchdog: asyncio.Task[None] | None = None
         self._ledger: collections.Counter[bytes] | None = None
+        self._taking = 0  # lease calls in progress
         self.events: list[tuple[float, str, str, int]] = []
 
     # -- ranks -------------------------------------------------------------------------
@@ -189,6 +195,15 @@ class LeaseBook:
         """
         self._check_alive(client)
         self.seen(client)
+        self._taking += 1
+        try:
+            return await self._lease(client, finished)
+        finally:
+            self._taking -= 1
+
+    async def _lease(
+        self, client: str, finished: list[tuple[int, int]]
+    ) -> tuple[int, Any, bytes | None, list[bytes], int]:
         for lid, offset in finished:
             lease = self._leases.get(lid)
             if lease is not None and lease.client == client:
@@ -268,6 +283,8 @@ class LeaseBook:
             FailedPreconditionError: ``client`` was declared dead (nothing is recorded).
             InvalidArgumentError: a lease is not ``client``'s, or a key was acknowledged
                 before (nothing is recorded).
+            DataLossError: items given back by dead ranks can no longer be read (see
+                :meth:`_check_stranded`); the step itself is recorded.
         """
         self._check_alive(client)
         self.seen(client)
@@ -303,7 +320,32 @@ class LeaseBook:
             if not lease.reading and len(lease.consumed) >= lease.offset:
                 done.append(lease.lid)
                 self._settle(lease)
+        self._check_stranded()  # after recording this step: it was delivered
         return done
+
+    def _check_stranded(self) -> None:
+        """Raise when items given back by dead ranks can no longer be read: every reader
+        has ended (the queue is closed and empty, nobody reads or takes an item).
+
+        Raises:
+            DataLossError: naming the items and how many of their records are unacked.
+        """
+        if (
+            not self._pending
+            or self._taking
+            or any(lease.reading for lease in self._leases.values())
+        ):
+            return
+        queue = self._queue
+        if not (queue.is_closed() and queue.size() == 0):
+            return
+        items = [(lease.item, lease.offset - len(lease.consumed)) for lease in self._pending]
+        raise DataLossError(
+            f"queue '{self._name}': {len(items)} work item(s) given back by dead ranks "
+            f"({', '.join(sorted(set(self._fenced.values())))}) after every reader had "
+            f"ended; their unacknowledged records are not delivered in this epoch "
+            f"(item, records read and not acknowledged at least): {items[:5]!r}"
+        )
 
     def heartbeat(self, client: str) -> bool:
         """``client`` is alive; return ``False`` when it was declared dead."""

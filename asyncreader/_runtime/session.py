@@ -290,6 +290,9 @@ class Session:
                 was declared dead (its leases went to other ranks: stop the rank).
             InvalidArgumentError: a key is not a record of a work item this rank holds,
                 or was acknowledged before; nothing is recorded then.
+            DataLossError: a rank died after every reader had ended, and the records it
+                had not acknowledged can no longer be read in this epoch (this step is
+                recorded; the message names the work items).
         """
         self._check_open()
         if self._backend is None:

@@ -248,3 +248,41 @@ async def test_a_silent_rank_times_out_and_is_fenced(namespace: str, tmp_path: P
             rest, _ = await reader0.read_up_to(work0, 100)
             assert rest == keys[4:]  # the unacked records, from the silent rank's lease
             await s0.ack(rest)
+
+
+async def test_a_rank_dying_after_every_reader_ended_is_a_data_loss_not_silence(
+    ray_env: RayEnv, namespace: str, tmp_path: Path
+) -> None:
+    paths, _ = await write_files(tmp_path, [20, 20])
+    cluster = ar.RayCluster(namespace=namespace)
+    async with (
+        ar.Session(cluster=cluster, rank=0, world_size=2) as s0,
+        ar.Session(cluster=cluster, rank=1, world_size=2) as s1,
+    ):
+        with anyio.fail_after(60):
+            work0 = in_session(s0, lambda: ar.FIFOQueue(None, shared_name="files"))
+            work1 = in_session(s1, lambda: ar.FIFOQueue(None, shared_name="files"))
+            await work0.enqueue_many(paths)
+            await work0.close()
+            reader0, reader1 = ar.TFRecordReader(), ar.TFRecordReader()
+            got0, _ = await reader0.read_up_to(work0, 100)
+            got1, _ = await reader1.read_up_to(work1, 100)
+            ended: list[str] = []
+
+            async def end(reader: ar.TFRecordReader, work: Any) -> None:
+                try:
+                    await reader.read(work)
+                except ar.OutOfRangeError:
+                    ended.append("ended")
+
+            async with anyio.create_task_group() as tg:  # every file read: both end
+                tg.start_soon(end, reader1, work1)  # waits while rank 0 still reads
+                tg.start_soon(end, reader0, work0)
+            assert ended == ["ended", "ended"]
+            await s0.ack(got0)
+            await s1.ack(got1[:5])  # rank 1 dies with 15 records in its buffer
+            await anyio.to_thread.run_sync(ray_env.ray.kill, anchor_of(s1))
+            await until_dead(work0)
+            with pytest.raises(ar.DataLossError, match=r"1 work item\(s\) given back") as info:
+                await s0.ack([])
+            assert paths[1] in str(info.value)
