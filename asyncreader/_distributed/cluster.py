@@ -64,6 +64,10 @@ class RayCluster:
         health_interval: Seconds a call to a shared queue waits before it checks that the
             queue's actor still answers (a check that takes as long again fails the call);
             a blocked ``dequeue`` waits as long as it must, checking at this interval.
+        lease_timeout: Seconds a rank that leases work items from a shared queue may be
+            silent (its process stopped or cut off) before it is declared dead: its
+            leases then go to other ranks and its later calls are refused. A rank whose
+            process ends is noticed within milliseconds, whatever this is.
 
     Raises:
         FailedPreconditionError: Ray is not installed (the message names
@@ -81,6 +85,7 @@ class RayCluster:
         *,
         connect_timeout: float = 10.0,
         health_interval: float = 5.0,
+        lease_timeout: float = 60.0,
     ) -> None:
         if not isinstance(namespace, str) or not namespace:
             raise InvalidArgumentError(f"namespace must be a non-empty str, got {namespace!r}")
@@ -89,6 +94,7 @@ class RayCluster:
         for what, value in (
             ("connect_timeout", connect_timeout),
             ("health_interval", health_interval),
+            ("lease_timeout", lease_timeout),
         ):
             if not isinstance(value, int | float) or not value > 0:
                 raise InvalidArgumentError(f"{what} must be a positive number, got {value!r}")
@@ -97,6 +103,7 @@ class RayCluster:
         self.namespace = namespace
         self.connect_timeout = float(connect_timeout)
         self.health_interval = float(health_interval)
+        self.lease_timeout = float(lease_timeout)
 
     def __repr__(self) -> str:
         return f"<RayCluster address={self.address!r} namespace={self.namespace!r}>"

@@ -19,6 +19,7 @@ import os
 from typing import Any
 
 from .._errors import AsyncReaderError
+from .work_queue import LeaseBook
 
 __all__ = ["JobHost", "QueueHost"]
 
@@ -30,6 +31,7 @@ VERBS: dict[str, bool] = {
     "dequeue": True,
     "dequeue_many": True,
     "dequeue_up_to": True,
+    "lease": True,
 }
 
 #: Withdrawn ids of calls not seen yet, remembered per client (bounded: oldest dropped).
@@ -59,9 +61,10 @@ class QueueHost:
         queue._shared_name = shared_name
         queue._container = container
         self._queue = queue
+        self._leases = LeaseBook(queue, shared_name)
         self._clients: set[str] = set()
         self._running: dict[tuple[str, int], asyncio.Task[Any]] = {}
-        self._in_doubt: dict[tuple[str, int], tuple[Any, bool]] = {}
+        self._in_doubt: dict[tuple[str, int], tuple[Any, bool | None]] = {}
         self._withdrawn: dict[tuple[str, int], None] = {}
 
     def attach(self, client: str) -> tuple[str, dict[str, object]]:
@@ -77,10 +80,17 @@ class QueueHost:
                 self._withdrawn[key] = None
                 task.cancel()
         for key in [k for k in self._in_doubt if k[0] == client]:
-            result, many = self._in_doubt.pop(key)
-            self._queue._return_dequeued(result, many=many)
+            self._return(*self._in_doubt.pop(key))
+        self._leases.left(client)
         self._clients.discard(client)
         return len(self._clients)
+
+    def _return(self, result: Any, many: bool | None) -> None:
+        """Undo a dequeue (``many``: a batched one) or, ``many is None``, a lease."""
+        if many is None:
+            self._leases.withdraw(result)
+        else:
+            self._queue._return_dequeued(result, many=many)
 
     def _confirm(self, client: str, confirm: list[int]) -> None:
         for rid in confirm:
@@ -95,6 +105,7 @@ class QueueHost:
             ``("ok", value)``, ``("error", type name, message)`` or ``("withdrawn",)``.
         """
         self._confirm(client, confirm)
+        self._leases.seen(client)
         key = (client, rid)
         if key in self._withdrawn:
             del self._withdrawn[key]
@@ -106,7 +117,10 @@ class QueueHost:
         assert task is not None
         self._running[key] = task
         try:
-            value = await getattr(self._queue, verb)(*args)
+            if verb == "lease":
+                value = await self._leases.lease(client, *args)
+            else:
+                value = await getattr(self._queue, verb)(*args)
         except AsyncReaderError as exc:
             return ("error", type(exc).__name__, str(exc))
         except asyncio.CancelledError:
@@ -118,7 +132,7 @@ class QueueHost:
         finally:
             del self._running[key]
         if hands_out:
-            self._in_doubt[key] = (value, verb != "dequeue")
+            self._in_doubt[key] = (value, None if verb == "lease" else verb != "dequeue")
         return ("ok", value)
 
     def withdraw(self, client: str, rid: int) -> None:
@@ -131,7 +145,7 @@ class QueueHost:
             return
         done = self._in_doubt.pop(key, None)
         if done is not None:
-            self._queue._return_dequeued(done[0], many=done[1])
+            self._return(*done)
             return
         self._withdrawn[key] = None
         while len(self._withdrawn) > _TOMBSTONES:
@@ -145,6 +159,41 @@ class QueueHost:
     async def ping(self) -> int:
         """Answer (the client's liveness check); return the actor's process id."""
         return os.getpid()
+
+    # -- leases (see work_queue) -----------------------------------------------------------
+
+    def register(self, client: str, anchor: Any, lease_timeout: float) -> tuple[Any, ...]:
+        """Watch a rank that leases work items (see :meth:`LeaseBook.register`)."""
+        try:
+            self._leases.register(client, anchor, lease_timeout)
+        except AsyncReaderError as exc:
+            return ("error", type(exc).__name__, str(exc))
+        return ("ok", None)
+
+    def ack(
+        self, client: str, updates: list[tuple[int, int, bytes | None, int, list[bytes]]]
+    ) -> tuple[Any, ...]:
+        """Record a rank's step (see :meth:`LeaseBook.ack`); errors travel as values."""
+        try:
+            return ("ok", self._leases.ack(client, updates))
+        except AsyncReaderError as exc:
+            return ("error", type(exc).__name__, str(exc))
+
+    def heartbeat(self, client: str) -> bool:
+        """A rank is alive; ``False`` when it was declared dead."""
+        return self._leases.heartbeat(client)
+
+    def keep_ledger(self) -> None:
+        """Count every acknowledged key from now on (tests)."""
+        self._leases.keep_ledger()
+
+    def ledger(self) -> dict[bytes, int]:
+        """How many times each key was acknowledged since :meth:`keep_ledger` (tests)."""
+        return self._leases.ledger()
+
+    def lease_status(self) -> dict[str, Any]:
+        """The leases: pending items given back, leases held, dead ranks."""
+        return self._leases.status()
 
 
 class JobHost:

@@ -22,9 +22,11 @@ from .._runtime.resources import check_shared_config
 from .awaiting import wait_ref
 from .cluster import ACTOR_PREFIX, JOB_ACTOR
 from .hosting import VERBS, JobHost, QueueHost
+from .rank import Anchor, Heartbeat, LeaseClient, unknown_keys
 
 if TYPE_CHECKING:
     from .._queues.statistics import QueueStatistics
+    from .._readers.work import LeasedWork
     from .cluster import RayCluster
 
 __all__ = ["RayBackend", "RemoteQueue"]
@@ -67,6 +69,8 @@ class RayBackend:
         self._client = f"{rank}-{uuid.uuid4().hex}"
         self._queues: dict[tuple[str, str, str], RemoteQueue] = {}
         self._job: Any = None
+        self._anchor: Any = None
+        self._heartbeat: Heartbeat | None = None
 
     # -- SharedBackend -------------------------------------------------------------------
 
@@ -156,7 +160,55 @@ class RayBackend:
         self._queues[key] = queue
         return queue
 
+    async def ack(self, keys: list[bytes]) -> None:
+        """Acknowledge the records ``keys`` (see ``Session.ack``): one call per leasing queue.
+
+        Raises:
+            InvalidArgumentError: a key is not a record of an item this rank holds, or
+                was acknowledged before; nothing is recorded then.
+            FailedPreconditionError: this rank was declared dead.
+        """
+        plans = []
+        rest = keys
+        for queue in list(self._queues.values()):
+            if queue._leases is None:
+                continue
+            by_lease, rest = queue._leases.match(rest)
+            plans.append((queue, by_lease))
+        if rest:
+            raise unknown_keys(rest)
+        for queue, by_lease in plans:
+            leases = queue._leases
+            assert leases is not None
+            updates = leases.updates(by_lease)
+            reply = await self._wait(
+                queue._actor.ack.remote(self._client, updates), queue.name, queue._actor
+            )
+            if reply[0] != "ok":
+                raise _error(reply[1], reply[2])
+            leases.done(reply[1])
+
+    async def _lease_client(self, queue: RemoteQueue) -> LeaseClient:
+        """Register this rank with ``queue``'s actor as one that leases work items."""
+        ray, cluster = self._ray, self._cluster
+        if self._anchor is None:
+            anchor_class = _actor_class(ray, Anchor).options(num_cpus=0)
+            self._anchor = await anyio.to_thread.run_sync(anchor_class.remote)
+        reply = await self._wait(
+            queue._actor.register.remote(self._client, self._anchor, cluster.lease_timeout),
+            queue.name,
+            queue._actor,
+        )
+        if reply[0] != "ok":
+            raise _error(reply[1], reply[2])
+        if self._heartbeat is None:
+            self._heartbeat = Heartbeat(self, cluster.lease_timeout / 4)
+        return LeaseClient(queue)
+
     async def aclose(self) -> None:
+        heartbeat, self._heartbeat = self._heartbeat, None
+        if heartbeat is not None:
+            await anyio.to_thread.run_sync(heartbeat.stop)
         queues, self._queues = list(self._queues.values()), {}
         timeout = self._cluster.connect_timeout
         for queue in queues:
@@ -172,6 +224,9 @@ class RayBackend:
             doomed = await self._wait(job.leave.remote(self.rank), "job")
         if doomed is not None:  # the job's last rank out deletes its actors
             await anyio.to_thread.run_sync(self._delete, doomed)
+        anchor, self._anchor = self._anchor, None
+        if anchor is not None:
+            await anyio.to_thread.run_sync(self._ray.kill, anchor)
 
     def _delete(self, names: list[str]) -> None:
         ray, namespace = self._ray, self._cluster.namespace
@@ -246,6 +301,8 @@ class RemoteQueue:
         self._ids = itertools.count()
         self._confirm: list[int] = []
         self._detached = False
+        self._leases: LeaseClient | None = None
+        self._registering = anyio.Lock()
 
     # -- attributes ----------------------------------------------------------------------
 
@@ -323,6 +380,26 @@ class RemoteQueue:
     async def dequeue_up_to(self, n: int) -> Any:
         """Remove and return up to ``n`` elements in one call (fewer only once closed)."""
         return await self._call("dequeue_up_to", n)
+
+    async def take_work(self, reader: Any) -> LeasedWork:
+        """Lease the next work item for ``reader`` (what readers call instead of dequeue).
+
+        The item stays this rank's until every record read from it is acknowledged
+        (``Session.ack``) or the session ends; if the rank dies first, another rank
+        continues it (see the scale-out guide). Taking the next item tells the queue that
+        ``reader`` is done with the previous one.
+
+        Raises:
+            OutOfRangeError: the queue is closed and empty and no other rank still reads
+                an item it could give back.
+            FailedPreconditionError: this rank was declared dead (its process was
+                thought gone, or it was silent for ``lease_timeout``).
+        """
+        if self._leases is None:
+            async with self._registering:
+                if self._leases is None:
+                    self._leases = await self._backend._lease_client(self)
+        return await self._leases.take(reader)
 
     async def close(self, cancel_pending_enqueues: bool = False) -> None:
         """Close the queue for every process (see ``FIFOQueue.close``)."""

@@ -74,7 +74,7 @@ from .reserved import check_subclass
 from .runtime_protocols import RuntimeProtocols
 from .saved_state import SavedState
 from .state import ReaderState, encode_tf_proto
-from .work import WorkQueue
+from .work import LeasedWork, WorkQueue
 from .work_items import WorkItems
 
 if TYPE_CHECKING:
@@ -252,6 +252,11 @@ class ReaderBase(
         self._epoch = 0
         # A work item a cancelled call dequeued but did not start: the next take starts it.
         self._taken: bytes | None = None
+        # ... and the lease it came with, from a leasing queue (see LeasedWork).
+        self._taken_lease: LeasedWork | None = None
+        # Keys of a leased item's records delivered elsewhere before: read past, not
+        # returned (None: nothing to skip).
+        self._skip_keys: set[bytes] | None = None
 
     # -- hooks (override in subclasses) ----------------------------------------------------
 
@@ -335,7 +340,10 @@ class ReaderBase(
             buffer.pos = i + 1
             self._produced += 1
             return buffer.keys[i], buffer.values[i]
-        return await self._locked(self._read_locked, queue)
+        record = await self._locked(self._read_locked, queue)
+        if self._skip_keys is not None and self._unskipped([record[0]]) == []:
+            return await self.read(queue)  # skipped: the leased item's own read goes on
+        return record
 
     async def read_up_to(
         self, queue: WorkQueue, num_records: int
@@ -385,7 +393,14 @@ class ReaderBase(
             if i == 0 and j == n:
                 return buffer.keys, buffer.values
             return buffer.keys[i:j], buffer.values[i:j]
-        return await self._locked(self._read_up_to_locked, queue, num_records)
+        keys, values = await self._locked(self._read_up_to_locked, queue, num_records)
+        if self._skip_keys is not None:
+            kept = self._unskipped(keys)
+            if kept == []:
+                return await self.read_up_to(queue, num_records)
+            if kept is not None:
+                return [keys[i] for i in kept], [values[i] for i in kept]
+        return keys, values
 
     async def read_batch(self, queue: WorkQueue, max_records: int) -> RecordBatch:
         """Return up to ``max_records`` records of one work item as a :class:`RecordBatch`.
@@ -431,7 +446,14 @@ class ReaderBase(
             # Served from the read-ahead buffer: no lock, no thread hop.
             self._produced += max_records
             return buffer.take_batch(max_records)
-        return await self._locked(self._read_batch_locked, queue, max_records)
+        batch = await self._locked(self._read_batch_locked, queue, max_records)
+        if self._skip_keys is not None:
+            kept = self._unskipped(batch.keys())
+            if kept == []:
+                return await self.read_batch(queue, max_records)
+            if kept is not None:
+                return batch.take(kept)
+        return batch
 
     async def reset(self) -> None:
         """Forget all progress: counters to 0, the work item in progress dropped (not put
@@ -458,6 +480,22 @@ class ReaderBase(
                 ReaderState(self._started, self._finished, self._produced, self._work)
             )
         return self._native_state()
+
+    def _lease_position(self) -> tuple[bytes, int] | None:
+        """Return the state (asyncreader's format) and the records produced, taken at
+        once, while the reader is between operations in a work item; else ``None``.
+
+        A leasing queue reports it as the position of the item (see ``LeasedWork``).
+        """
+        if (
+            self._closed
+            or self._lock.locked()
+            or self._finished >= self._started
+            or self._resume is not None
+            or self._pending is not None
+        ):
+            return None
+        return self._native_state(), self._produced
 
     def restore_state(self, state: bytes) -> None:
         """Restore the state :meth:`serialize_state` returned.
@@ -623,6 +661,8 @@ class ReaderBase(
         self._work = b""
         self._resume = None
         self._taken = None
+        self._taken_lease = None
+        self._set_skip(None)
         self._epoch += 1
         self._buffer.clear()
 

@@ -3,18 +3,25 @@
 A reader dequeues one work item at a time (a file path or URL) from a queue of single
 strings. The queue is checked once per work item, not per record; a dequeued element
 becomes the work item's bytes as TensorFlow's ``ReaderBase`` reads them (SPEC §3.2).
+
+A queue may instead *lease* work items (a queue shared by the ranks of a job): it then has
+``take_work(reader)``, which readers call in place of ``dequeue()``, and which returns a
+:class:`LeasedWork`, possibly an item another process had started and left unfinished,
+with where to resume it. The queue learns that the reader is done with an item from the
+reader's next ``take_work`` call.
 """
 
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import numpy as np
 
 from .._errors import InvalidArgumentError
 
-__all__ = ["WorkQueue", "check_work_queue", "work_item_bytes"]
+__all__ = ["LeasedWork", "LeasingQueue", "WorkQueue", "check_work_queue", "work_item_bytes"]
 
 
 class WorkQueue(Protocol):
@@ -22,6 +29,31 @@ class WorkQueue(Protocol):
     and raising :class:`~asyncreader.OutOfRangeError` when closed and empty."""
 
     async def dequeue(self) -> Any: ...
+
+
+@dataclass(eq=False)
+class LeasedWork:
+    """A work item a leasing queue handed a reader, and where the reader starts in it.
+
+    Attributes:
+        item: The dequeued element (a path or URL).
+        position: Reader state (``serialize_state()`` bytes of a reader of the same kind)
+            with this item in progress: the reader seeks there instead of starting at the
+            item's first record. ``None``: from the first record.
+        skip: Keys of records of this item that were already delivered: the reader reads
+            past them without returning them (each key once). The reader removes each
+            key it skips, so the queue sees how many it skipped.
+    """
+
+    item: Any
+    position: bytes | None = None
+    skip: set[bytes] = field(default_factory=set)
+
+
+class LeasingQueue(Protocol):
+    """A work queue that leases its items (see the module): readers call ``take_work``."""
+
+    async def take_work(self, reader: Any) -> LeasedWork: ...
 
 
 def check_work_queue(queue: object, reader: str) -> None:

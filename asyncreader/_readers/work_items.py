@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Final, TypeVar
 import anyio
 
 from .._error_policy import DeadLetter
-from .._errors import AsyncReaderError
+from .._errors import AsyncReaderError, InvalidArgumentError
 from .._runtime.checkpoint import check_taken_work
 from .hook_path import count_of
 from .state import SKIP
@@ -29,10 +29,12 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
     from .._error_policy import ErrorPolicy
+    from .._records.batch import RecordBatch
     from .abandoned import _Pending
     from .buffer import ReadAheadBuffer
     from .hook_path import Records
-    from .work import WorkQueue
+    from .state import ReaderState
+    from .work import LeasedWork, WorkQueue
 
 __all__ = ["WorkItems"]
 
@@ -60,6 +62,8 @@ class WorkItems:
     _needs_reset: bool
     _pending: _Pending | None
     _taken: bytes | None
+    _taken_lease: LeasedWork | None
+    _skip_keys: set[bytes] | None
     _has_read_many: ClassVar[bool]
 
     if TYPE_CHECKING:
@@ -74,19 +78,31 @@ class WorkItems:
         async def _run_blocking(self, fn: Callable[..., T], *args: Any) -> T: ...
         async def _read_one_hook(self) -> tuple[bytes | None, bytes | None, bool]: ...
         async def _read_many_hook(self, n: int) -> tuple[Records, bool]: ...
+        def _parse_state(self, data: bytes, *, native: bool = False) -> ReaderState: ...
 
     async def _take_work(self, queue: WorkQueue) -> None:
         check_work_queue(queue, self.display_name)
+        take = getattr(queue, "take_work", None)  # a leasing queue (see LeasedWork)
         while True:
+            leased: LeasedWork | None = None
             if self._taken is not None:
                 # Dequeued by a call cancelled before its hook ran: start it now.
                 work, self._taken = self._taken, None
+                leased, self._taken_lease = self._taken_lease, None
             else:
-                item = await queue.dequeue()
+                if take is not None:
+                    leased = await take(self)
+                    item = leased.item
+                else:
+                    item = await queue.dequeue()
                 work = work_item_bytes(item)
                 check_taken_work(queue, work)  # a restored queue's strings may not be trusted
+            self._set_skip(None)  # keys skipped in the previous item: none in this one
             self._work = work
             self._buffer.clear()
+            if leased is not None and leased.position is not None:
+                await self._resume_leased(work, leased)
+                return
             try:
                 await self._call("on_work_started", work)
             except BaseException as exc:
@@ -96,6 +112,7 @@ class WorkItems:
                     # Cancelled before the hook ran (an abandoned one is pending above):
                     # the item is out of the queue, so the next take starts it.
                     self._taken = work
+                    self._taken_lease = leased
                     raise
                 self._errors += 1
                 await self._abandon()
@@ -103,7 +120,86 @@ class WorkItems:
                     continue
                 raise
             self._started += 1
+            if leased is not None:
+                self._set_skip(leased.skip)
             return
+
+    async def _resume_leased(self, work: bytes, leased: LeasedWork) -> None:
+        """Start a leased item at the position another reader reported for it."""
+        assert leased.position is not None
+        parsed = self._parse_state(leased.position, native=True)
+        if parsed.work_finished >= parsed.work_started or parsed.current_work != work:
+            raise InvalidArgumentError(
+                f"{self.display_name}: the position of leased work item {work!r} is not "
+                "a state with that item in progress"
+            )
+        self._started += 1
+        self._resume = parsed.extra
+        await self._resume_work()
+        self._set_skip(leased.skip)
+
+    def _set_skip(self, skip: set[bytes] | None) -> None:
+        """Skip the records whose keys are in ``skip`` (removing each as it is skipped).
+
+        While keys are to be skipped, the instance's own ``read``, ``read_up_to`` and
+        ``read_batch`` shadow the class's, so the verbs of every other reader (and this
+        one, otherwise) keep their fast paths untouched; the call that took the item
+        filters its records in the verbs' locked path.
+        """
+        own = vars(self)
+        if skip:
+            self._skip_keys = skip
+            own["read"] = self._read_skipping
+            own["read_up_to"] = self._read_up_to_skipping
+            own["read_batch"] = self._read_batch_skipping
+        elif self._skip_keys is not None:
+            self._skip_keys = None
+            for verb in ("read", "read_up_to", "read_batch"):
+                own.pop(verb, None)
+
+    def _unskipped(self, keys: list[bytes]) -> list[int] | None:
+        """The indices of ``keys`` not to skip (``None``: all of them); counts the rest as
+        not produced."""
+        skip = self._skip_keys
+        if not skip or skip.isdisjoint(keys):
+            return None
+        kept = []
+        for i, key in enumerate(keys):
+            if key in skip:
+                skip.discard(key)
+            else:
+                kept.append(i)
+        self._produced -= len(keys) - len(kept)
+        return kept
+
+    async def _read_skipping(self, queue: WorkQueue) -> tuple[bytes, bytes]:
+        read = type(self).read  # type: ignore[attr-defined]
+        while True:
+            key, value = await read(self, queue)
+            if self._unskipped([key]) is None:
+                return key, value
+
+    async def _read_up_to_skipping(
+        self, queue: WorkQueue, num_records: int
+    ) -> tuple[list[bytes], list[bytes]]:
+        read_up_to = type(self).read_up_to  # type: ignore[attr-defined]
+        while True:
+            keys, values = await read_up_to(self, queue, num_records)
+            kept = self._unskipped(keys)
+            if kept is None:
+                return keys, values
+            if kept:
+                return [keys[i] for i in kept], [values[i] for i in kept]
+
+    async def _read_batch_skipping(self, queue: WorkQueue, max_records: int) -> RecordBatch:
+        read_batch = type(self).read_batch  # type: ignore[attr-defined]
+        while True:
+            batch: RecordBatch = await read_batch(self, queue, max_records)
+            kept = self._unskipped(batch.keys())
+            if kept is None:
+                return batch
+            if kept:
+                return batch.take(kept)
 
     def _skip(self, exc: AsyncReaderError, *, rest: bool) -> bool:
         """Note bad input the policy skips; return ``False`` when the error must be raised.

@@ -104,6 +104,10 @@ class SharedBackend(Protocol):
         """Let go of every resource this backend handed out (the Session ends)."""
         ...
 
+    async def ack(self, keys: list[bytes]) -> None:
+        """Acknowledge the records ``keys`` as consumed (``Session.ack``)."""
+        ...
+
 
 class SharedCluster(Protocol):
     """What a Session needs of its ``cluster=``: a backend for one rank's session."""

@@ -269,6 +269,36 @@ class Session:
         """How many ranks the job has (1 without a cluster)."""
         return self._world_size
 
+    async def ack(self, keys: Iterable[bytes]) -> None:
+        """Acknowledge that a training step consumed the records ``keys`` (a clustered job).
+
+        In a Session with a ``cluster``, readers lease the work items of shared queues: a
+        record is *delivered* once the step that consumed it is acknowledged here, with
+        the record keys the readers returned (keep them in the batch, as
+        ``batch([key, value])`` does). If this rank dies, the records it read and had not
+        acknowledged are read again by another rank; acknowledged ones never are. Each
+        call also reports how far this rank's readers got in their work items (one call
+        to each shared queue the rank reads from). Call it after each step, before the
+        step's effect is saved.
+
+        Args:
+            keys: The keys of the records the step consumed (``bytes``, or a numpy array
+                of them).
+
+        Raises:
+            FailedPreconditionError: the session has no cluster or is closed, or this rank
+                was declared dead (its leases went to other ranks: stop the rank).
+            InvalidArgumentError: a key is not a record of a work item this rank holds,
+                or was acknowledged before; nothing is recorded then.
+            DataLossError: a rank died after every reader had ended, and the records it
+                had not acknowledged can no longer be read in this epoch (this step is
+                recorded; the message names the work items).
+        """
+        self._check_open()
+        if self._backend is None:
+            raise FailedPreconditionError("ack() needs a Session with a cluster=")
+        await self._backend.ack([bytes(key) for key in keys])
+
     async def close(self) -> None:
         """Stop the session's tasks and close its resources; a no-op when already closed.
 

@@ -97,6 +97,9 @@ class FakeBackend:
     async def aclose(self) -> None:
         self.events.append("close")
 
+    async def ack(self, keys: list[bytes]) -> None:
+        self.events.append(f"ack {keys}")
+
 
 class FakeCluster:
     def __init__(self) -> None:

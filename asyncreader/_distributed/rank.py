@@ -1,0 +1,175 @@
+"""A rank's side of the leases: its anchor actor, its heartbeat, and what it holds.
+
+The anchor is a small actor the rank's process owns: Ray ends it when the process dies,
+which the work queue's actor notices within milliseconds (it awaits a call that never
+returns). The heartbeat thread tells the queues the rank is alive at a quarter of
+``lease_timeout``: a rank whose process is stopped, or cut off, falls silent.
+
+:class:`LeaseClient` keeps, for one shared queue, the leases the rank's readers hold:
+which reader reads which one, how far it got, and turns a step's acknowledged keys into
+one ``ack`` call carrying every lease's offset and position.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import threading
+from typing import TYPE_CHECKING, Any
+
+from .._errors import InvalidArgumentError, OutOfRangeError
+from .._readers.work import LeasedWork, work_item_bytes
+
+if TYPE_CHECKING:
+    from .remote_queue import RayBackend, RemoteQueue
+
+__all__ = ["Anchor", "Heartbeat", "LeaseClient"]
+
+
+class Anchor:
+    """An actor owned by a rank's process: it lives exactly as long as the process."""
+
+    async def block(self) -> None:
+        """Never return (until the actor dies: then the caller learns the rank died)."""
+        await asyncio.Event().wait()
+
+
+class Heartbeat:
+    """A thread telling the rank's leasing queues, every ``interval`` s, that it is alive.
+
+    A thread and not a task: it needs no task group, and a rank whose process is stopped
+    stops it too.
+    """
+
+    def __init__(self, backend: RayBackend, interval: float) -> None:
+        self._backend = backend
+        self._interval = interval
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="asyncreader-heartbeat", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        backend = self._backend
+        while not self._stop.wait(self._interval):
+            for queue in list(backend._queues.values()):
+                if queue._leases is not None:
+                    queue._actor.heartbeat.remote(backend._client)
+
+    def stop(self) -> None:
+        """Stop the thread and wait for it."""
+        self._stop.set()
+        self._thread.join()
+
+
+@dataclasses.dataclass(eq=False)
+class Held:
+    """A lease the rank holds: the reader reading it (``None`` once it moved on)."""
+
+    lid: int
+    work: bytes
+    reader: Any
+    produced: int  # the reader's records produced when it took the item
+    base: int  # the item's offset where the reader started in it
+    skip: set[bytes]
+    skip_total: int
+    offset: int = 0  # final, once the reader moved on
+
+    def current_offset(self) -> int:
+        """Records of the item passed: delivered by the reader, or skipped."""
+        if self.reader is None:
+            return self.offset
+        skipped = self.skip_total - len(self.skip)
+        produced: int = self.reader.num_records_produced()
+        return self.base + produced - self.produced + skipped
+
+
+class LeaseClient:
+    """The leases a rank's readers hold from one shared queue (see the module)."""
+
+    def __init__(self, queue: RemoteQueue) -> None:
+        self._queue = queue
+        self._reading: dict[int, Held] = {}  # id(reader) -> its current lease
+        self._held: dict[int, Held] = {}
+        self._by_work: dict[bytes, list[Held]] = {}
+        self._finished: list[tuple[int, int]] = []
+
+    async def take(self, reader: Any) -> LeasedWork:
+        """The reader's next work item (it is done with the previous one)."""
+        held = self._reading.pop(id(reader), None)
+        if held is not None:
+            held.offset = held.current_offset()
+            held.reader = None
+            self._finished.append((held.lid, held.offset))
+        try:
+            lid, item, position, skip, base = await self._queue._call("lease", self._finished)
+        except OutOfRangeError:
+            self._finished = []  # the actor recorded them
+            raise
+        self._finished = []
+        keys = set(skip)
+        held = Held(
+            lid, work_item_bytes(item), reader, reader.num_records_produced(),
+            base if position is not None else 0, keys, len(keys),
+        )  # fmt: skip
+        self._reading[id(reader)] = held
+        self._held[lid] = held
+        self._by_work.setdefault(held.work, []).append(held)
+        return LeasedWork(item, position, keys)
+
+    def match(self, keys: list[bytes]) -> tuple[dict[int, list[bytes]], list[bytes]]:
+        """Split ``keys`` by the lease whose item they belong to; return the rest too."""
+        by_lease: dict[int, list[bytes]] = {}
+        rest: list[bytes] = []
+        by_work = self._by_work
+        for key in keys:
+            holds = by_work.get(key)  # WholeFileReader's key is the work item itself
+            if holds is None:
+                holds = by_work.get(key.rpartition(b":")[0])
+            if holds is None:
+                rest.append(key)
+            else:
+                # The oldest lease of the item (one item leased twice: two epochs).
+                by_lease.setdefault(holds[0].lid, []).append(key)
+        return by_lease, rest
+
+    def updates(
+        self, by_lease: dict[int, list[bytes]]
+    ) -> list[tuple[int, int, bytes | None, int, list[bytes]]]:
+        """One ack's report: every lease's offset, position and keys acknowledged."""
+        out = []
+        for lid, held in self._held.items():
+            position: bytes | None = None
+            position_offset = 0
+            reader = held.reader
+            if reader is not None:
+                at = reader._lease_position()
+                if at is not None:
+                    state, produced = at
+                    skipped = held.skip_total - len(held.skip)
+                    position, position_offset = (
+                        state,
+                        held.base + produced - held.produced + skipped,
+                    )
+            out.append(
+                (lid, held.current_offset(), position, position_offset, by_lease.get(lid, []))
+            )
+        return out
+
+    def done(self, lids: list[int]) -> None:
+        """Forget leases the actor reports read and acknowledged to the end."""
+        for lid in lids:
+            held = self._held.pop(lid, None)
+            if held is None:
+                continue
+            holds = self._by_work[held.work]
+            holds.remove(held)
+            if not holds:
+                del self._by_work[held.work]
+
+
+def unknown_keys(keys: list[bytes]) -> InvalidArgumentError:
+    """The error for acknowledged keys no lease of the rank explains."""
+    return InvalidArgumentError(
+        f"{len(keys)} acknowledged key(s) are not records of a work item this rank holds "
+        f"from a shared queue, e.g. {keys[:3]!r}"
+    )
