@@ -8,11 +8,11 @@ connection and the catalog queries is :class:`~asyncreader._readers.database.Tab
 
 from __future__ import annotations
 
+import asyncio
 import importlib
 from typing import TYPE_CHECKING, Any, Final
 
 import anyio
-import sniffio
 
 from .._errors import DataLossError, FailedPreconditionError, InvalidArgumentError, NotFoundError
 from .database import DEFAULT_FETCH_ROWS, TableReader, one_record
@@ -59,16 +59,15 @@ def _asyncpg() -> Any:
 
 
 def _require_asyncio(what: str) -> None:
+    # No running asyncio loop in an async call means another library (trio) runs it.
     try:
-        library = sniffio.current_async_library()
-    except sniffio.AsyncLibraryNotFoundError:
-        return
-    if library != "asyncio":
+        asyncio.get_running_loop()
+    except RuntimeError:
         raise FailedPreconditionError(
-            f"{what} runs on asyncio only (asyncpg has no {library} support): run the "
+            f"{what} runs on asyncio only (asyncpg has no trio support): run the "
             "pipeline with anyio.run(..., backend='asyncio'), or read the table with "
             "SQLiteReader or a reader of your own on trio"
-        )
+        ) from None
 
 
 async def _connect(dsn: str, work: bytes | None) -> Any:
