@@ -280,7 +280,8 @@ class MapStage(Generic[R]):
         "_done",
         "_ended",
         "_exhausted",
-        "_fetch_lock",
+        "_fetch_busy",
+        "_fetch_free",
         "_fetched",
         "_fetching",
         "_fn",
@@ -293,6 +294,7 @@ class MapStage(Generic[R]):
         "_ordered",
         "_policy",
         "_pool",
+        "_pool_closed",
         "_pool_lock",
         "_rerun",
         "_results",
@@ -410,7 +412,8 @@ class MapStage(Generic[R]):
         self._live = 0
         self._workers_waiting = 0
         self._consumers = 0
-        self._fetch_lock = anyio.Lock()
+        self._fetch_busy = False
+        self._fetch_free = anyio.Event()
         self._slot_freed = anyio.Event()
         self._done = anyio.Event()  # a result is ready, or the stage ended
         self._stopped = anyio.Event()  # every worker returned and the pool is shut down
@@ -418,6 +421,7 @@ class MapStage(Generic[R]):
         self._limiter: anyio.CapacityLimiter | None = None
         self._pool: concurrent.futures.ProcessPoolExecutor | None = None
         self._pool_lock = threading.Lock()
+        self._pool_closed = False
         # In a Session: closed with it, listed in stage_statistics(), saved in checkpoints
         # (a restore happens here, before the workers start).
         track(self)
@@ -465,6 +469,10 @@ class MapStage(Generic[R]):
                 if len(self._calls) + self._fetching >= self._n:
                     await self._wait_slot(stage)
                     continue
+                if self._fetch_busy:
+                    # One fetch at a time keeps the source's order; waiting holds nothing.
+                    await self._wait(self._fetch_free, stage)
+                    continue
                 fetched = await self._fetch()
                 if fetched is None:
                     return
@@ -472,50 +480,53 @@ class MapStage(Generic[R]):
             await self._run(call, stage)
 
     async def _wait_slot(self, stage: StageTask | None) -> None:
-        event = self._slot_freed
         self._workers_waiting += 1
         try:
-            if stage is None:
-                await event.wait()
-            else:
-                # Waiting for a slot holds nothing: a checkpoint may be taken meanwhile.
-                with stage.blocked(self, _Wait(event), dequeue=False):
-                    await event.wait()
+            await self._wait(self._slot_freed, stage)
         finally:
             self._workers_waiting -= 1
+
+    async def _wait(self, event: anyio.Event, stage: StageTask | None) -> None:
+        """Wait for ``event`` as a worker holding nothing: a checkpoint may be taken."""
+        if stage is None:
+            await event.wait()
+        else:
+            with stage.blocked(self, _Wait(event), dequeue=False):
+                await event.wait()
 
     async def _fetch(self) -> _Call | None:
         """Take the source's next example as a new call; ``None`` once it has ended."""
         self._fetching += 1
+        self._fetch_busy = True
         try:
-            async with self._fetch_lock:
-                if self._exhausted:
-                    return None
-                try:
-                    if self._coro_source:
-                        example = await self._call_source()  # type: ignore[misc]
-                    elif self._call_source is not None:
-                        example = self._call_source()
-                        if inspect.isawaitable(example):
-                            example = await example
-                    else:
-                        assert self._iter_source is not None
-                        example = await self._iter_source.__anext__()
-                except (OutOfRangeError, StopAsyncIteration):
-                    self._exhausted = True
-                    return None
-                except Exception as exc:
-                    # The source is broken: raised in order, after the results before it.
-                    self._exhausted = True
-                    self._source_error = exc
-                    return None
-                call = _Call(self._seq, example)
-                self._seq += 1
-                self._fetched += 1
-                self._calls.append(call)
-                return call
+            try:
+                if self._coro_source:
+                    example = await self._call_source()  # type: ignore[misc]
+                elif self._call_source is not None:
+                    example = self._call_source()
+                    if inspect.isawaitable(example):
+                        example = await example
+                else:
+                    assert self._iter_source is not None
+                    example = await self._iter_source.__anext__()
+            except (OutOfRangeError, StopAsyncIteration):
+                self._exhausted = True
+                return None
+            except Exception as exc:
+                # The source is broken: raised in order, after the results before it.
+                self._exhausted = True
+                self._source_error = exc
+                return None
+            call = _Call(self._seq, example)
+            self._seq += 1
+            self._fetched += 1
+            self._calls.append(call)
+            return call
         finally:
             self._fetching -= 1
+            self._fetch_busy = False
+            self._fetch_free.set()
+            self._fetch_free = anyio.Event()
             if self._exhausted:
                 self._notify_results()
                 self._free_slot()  # workers waiting for a slot have nothing more to do
@@ -554,8 +565,9 @@ class MapStage(Generic[R]):
         with self._pool_lock:
             pool = self._pool
             if pool is None:
-                if self._closed:
-                    raise anyio.get_cancelled_exc_class()()
+                if self._pool_closed:
+                    # A call the stage abandoned when it ended: start no processes for it.
+                    raise concurrent.futures.CancelledError
                 methods = multiprocessing.get_all_start_methods()
                 # Never fork: this program has threads (the loop's, the I/O executor's).
                 method = "forkserver" if "forkserver" in methods else "spawn"
@@ -582,6 +594,7 @@ class MapStage(Generic[R]):
         """Shut the process pool down: at once (terminating) when calls were cut short."""
         with self._pool_lock:
             pool, self._pool = self._pool, None
+            self._pool_closed = True
         if pool is None:
             return
         # ProcessPoolExecutor has no public way to stop a running call before Python 3.14
