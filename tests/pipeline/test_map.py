@@ -669,3 +669,32 @@ async def test_a_checkpoint_settles_while_the_source_waits_for_work() -> None:
             checkpoint = await sess.checkpoint(timeout=2)
             await stage.aclose()
     assert checkpoint
+
+
+def _tracked_numbers(sess: ar.Session, n: int) -> Callable[[], Any]:
+    state = {"next": 0}
+    sess.track_state("numbers", lambda: state["next"], lambda v: state.update(next=v))
+
+    async def next_example() -> int:
+        await anyio.lowlevel.checkpoint()
+        if state["next"] >= n:
+            raise ar.OutOfRangeError("no more examples")
+        state["next"] += 1
+        return state["next"] - 1
+
+    return next_example
+
+
+@pytest.mark.both_backends
+@pytest.mark.parametrize("executor", ["thread", "process"])
+async def test_a_restore_continues_exactly_with_either_executor(executor: Any) -> None:
+    with anyio.fail_after(60):
+        async with ar.Session(deterministic=True) as sess:
+            stage = ar.map(negate, _tracked_numbers(sess, 30), 3, executor=executor)
+            head = [await stage() for _ in range(7)]
+            checkpoint = await sess.checkpoint()
+            rest = [x async for x in stage]
+        assert head + rest == [-i for i in range(30)]
+        async with ar.Session(restore=checkpoint, deterministic=True) as sess:
+            stage = ar.map(negate, _tracked_numbers(sess, 30), 3, executor=executor)
+            assert [x async for x in stage] == rest
