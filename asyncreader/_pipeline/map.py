@@ -17,8 +17,8 @@ Where ``fn`` runs. A coroutine function is awaited in the worker task. A plain f
 on a worker thread under the stage's own capacity limiter of ``num_parallel_calls`` tokens,
 not on the readers' shared I/O executor: map functions are usually CPU work (decoding) that
 would otherwise hold the readers' I/O threads, and ``num_parallel_calls`` is already the
-parallelism the caller asked for. With ``executor="process"`` it runs in a
-``ProcessPoolExecutor`` of ``num_parallel_calls`` processes, started with ``forkserver``
+parallelism the caller asked for. With ``executor="process"`` it runs in
+``num_parallel_calls`` worker processes (:mod:`.workers`), started with ``forkserver``
 where the platform has it and ``spawn`` otherwise (never ``fork``: the program has threads),
 so ``fn`` and the examples must pickle. The processes start at the first call and are shut
 down when the stage ends; a cancelled or closed stage terminates them at once, so a slow
@@ -43,10 +43,7 @@ wait for slow calls.
 from __future__ import annotations
 
 import collections
-import concurrent.futures
-import concurrent.futures.process
 import inspect
-import multiprocessing
 import pickle
 import threading
 from dataclasses import dataclass
@@ -70,6 +67,7 @@ from .._runtime.checkpoint import current_stage, outside_stage
 from .._runtime.context import current_checkpointer, current_session, track
 from .._runtime.stages import StageState, StageStatistics
 from .common import resolve_coordinator
+from .workers import WorkerDied, Workers
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Awaitable, Callable
@@ -85,7 +83,6 @@ R = TypeVar("R")
 Executor = Literal["thread", "process"]
 
 _EXECUTORS: Final = ("thread", "process")
-_BrokenProcessPool: Final = concurrent.futures.process.BrokenProcessPool
 
 
 class _Call:
@@ -419,7 +416,7 @@ class MapStage(Generic[R]):
         self._stopped = anyio.Event()  # every worker returned and the pool is shut down
         self._scopes: list[anyio.CancelScope] = []
         self._limiter: anyio.CapacityLimiter | None = None
-        self._pool: concurrent.futures.ProcessPoolExecutor | None = None
+        self._pool: Workers | None = None
         self._pool_lock = threading.Lock()
         self._pool_closed = False
         # In a Session: closed with it, listed in stage_statistics(), saved in checkpoints
@@ -561,20 +558,15 @@ class MapStage(Generic[R]):
         )
 
     def _in_process(self, example: Any) -> Any:
-        """Run ``fn`` on the process pool (on a worker thread: it waits for the result)."""
+        """Run ``fn`` in a worker process (on a worker thread: it waits for the result)."""
         with self._pool_lock:
             pool = self._pool
             if pool is None:
                 if self._pool_closed:
                     # A call the stage abandoned when it ended: start no processes for it.
-                    raise concurrent.futures.CancelledError
-                methods = multiprocessing.get_all_start_methods()
-                # Never fork: this program has threads (the loop's, the I/O executor's).
-                method = "forkserver" if "forkserver" in methods else "spawn"
-                pool = self._pool = concurrent.futures.ProcessPoolExecutor(
-                    self._n, mp_context=multiprocessing.get_context(method)
-                )
-        return pool.submit(self._fn, example).result()
+                    raise WorkerDied("the stage has ended")
+                pool = self._pool = Workers(self._fn, self._n)
+        return pool.call(example)
 
     async def _close_source(self) -> None:
         """Close an async generator the stage stopped iterating part-way, here in its
@@ -591,26 +583,14 @@ class MapStage(Generic[R]):
                 self._source_error = exc
 
     async def _shutdown_pool(self) -> None:
-        """Shut the process pool down: at once (terminating) when calls were cut short."""
+        """End the worker processes: at once (terminating them) when calls were cut short."""
         with self._pool_lock:
             pool, self._pool = self._pool, None
             self._pool_closed = True
         if pool is None:
             return
-        # ProcessPoolExecutor has no public way to stop a running call before Python 3.14
-        # (terminate_workers); its processes are in ``_processes``.
-        processes = list((getattr(pool, "_processes", None) or {}).values())
         cut_short = any(not c.done for c in self._calls) or self._closed
-
-        def shutdown() -> None:
-            if cut_short:
-                for process in processes:
-                    process.terminate()
-            pool.shutdown(wait=True, cancel_futures=True)
-            for process in processes:
-                process.join()
-
-        await anyio.to_thread.run_sync(shutdown)
+        await anyio.to_thread.run_sync(lambda: pool.close(kill=cut_short))
 
     # -- results ---------------------------------------------------------------------------
 
@@ -698,7 +678,7 @@ class MapStage(Generic[R]):
         """Raise ``call``'s error, or note it as a dead letter when the policy skips it."""
         assert call.error is not None
         error = self._as_error(call)
-        if not self._policy.skip or isinstance(call.error, _BrokenProcessPool):
+        if not self._policy.skip or isinstance(call.error, WorkerDied):
             raise error from call.error
         work, key = _record_key(call.example)
         self._skipped += 1
@@ -712,7 +692,7 @@ class MapStage(Generic[R]):
         exc = call.error
         work, key = _record_key(call.example)
         where = f"{self._name}: fn failed on example {call.seq}"
-        if isinstance(exc, _BrokenProcessPool):
+        if isinstance(exc, WorkerDied):
             # Not the example's fault, and not skippable: the stage cannot call fn any more.
             return FailedPreconditionError(
                 f"{where}: a worker process died ({exc}); a program using "

@@ -453,7 +453,8 @@ async def test_a_stop_terminates_worker_processes_in_a_slow_call() -> None:
         async with ar.Coordinator() as coord:
             slow = ar.map(sleep_for, _floats([60.0, 60.0]), 2, executor="process")
             await anyio.sleep(0.5)
-            workers = set((getattr(slow._pool, "_processes", None) or {}).keys())
+            assert slow._pool is not None
+            workers = set(slow._pool.pids())
             coord.request_stop()
         assert time.monotonic() - begin < 10
     await _wait_gone(pids | workers)
@@ -698,3 +699,15 @@ async def test_a_restore_continues_exactly_with_either_executor(executor: Any) -
         async with ar.Session(restore=checkpoint, deterministic=True) as sess:
             stage = ar.map(negate, _tracked_numbers(sess, 30), 3, executor=executor)
             assert [x async for x in stage] == rest
+
+
+@pytest.mark.both_backends
+async def test_an_fn_error_in_a_worker_process_is_raised_in_order() -> None:
+    with anyio.fail_after(60):
+        async with ar.Coordinator():
+            stage = ar.map(parse_int, _strings(["1", "x", "3"]), 2, executor="process")
+            assert await stage() == 1
+            with pytest.raises(ar.InvalidArgumentError, match="example 1: ValueError") as info:
+                await stage()
+            assert isinstance(info.value.__cause__, ValueError)
+            assert await stage() == 3
