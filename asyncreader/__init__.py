@@ -22,7 +22,7 @@ Everything public is importable from here: ``import asyncreader as ar``.
 #   6. _runtime      coordinator, queue runner, session, resources, checkpoints
 #   7. _queues       FIFO, random-shuffle, padding, priority queues; record references
 #   8. _readers      the reader protocol and the readers of each format
-#   9. _pipeline     input producers and batching
+#   9. _pipeline     input producers, batching and parallel map
 #  10. _distributed  queues shared across processes on Ray (Ray imported lazily)
 #  11. cifar10       the CIFAR-10 format, TensorFlow's input functions, synthetic data
 #  12. _demo         the training run of ``asyncreader demo``
@@ -120,6 +120,9 @@ from ._pipeline.batching import (
 from ._pipeline.input_producer import (
     ProducerStatistics as ProducerStatistics,
 )
+from ._pipeline.map import MapStage as MapStage
+from ._pipeline.map import MapStatistics as MapStatistics
+from ._pipeline.map import map as map
 from ._pipeline.patterns import (
     match_filenames_once as match_filenames_once,
 )
@@ -214,6 +217,9 @@ __all__ = [
     "input_producer",
     "InvalidArgumentError",
     "limit_epochs",
+    "map",
+    "MapStage",
+    "MapStatistics",
     "match_filenames_once",
     "maybe_batch",
     "maybe_batch_join",

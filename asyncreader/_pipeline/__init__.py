@@ -9,6 +9,10 @@ Batching (examples in, batches out through a queue and a QueueRunner): ``batchin
 ``BatchSpec``; ``batcher`` the :class:`Batcher` built from it (its queue, runner and
 checkpoints); ``sources`` the example-source adapter and the enqueue step.
 
+Parallel map: ``map`` holds :func:`map` and the :class:`MapStage` it returns, a source that
+applies a function to another source's examples with calls in flight on the loop, worker
+threads or worker processes.
+
 ``structure`` maps user examples (tuples, dicts, lists, single values) to queue components
 and back; ``common`` finds the Coordinator a producer or batcher runs in.
 """

@@ -474,6 +474,16 @@ class RecordBatch(Sequence[bytes]):
             pa.large_binary(), self._len, [None, pa.py_buffer(offsets), pa.py_buffer(data)]
         )
 
+    def __reduce__(self) -> tuple[object, ...]:
+        # Only the bytes the records cover: the records are often views into a whole
+        # read block (4 MiB), which a worker process must not be sent with every batch.
+        segments = []
+        for s in self._segments:
+            lo = int(s.starts.min())
+            hi = int((s.starts + s.lengths).max())
+            segments.append(Segment(s.buffer[lo:hi], s.starts - lo, s.lengths))
+        return (_rebuild, (segments, self._keys))
+
     def __repr__(self) -> str:
         if not self._len:
             return "<RecordBatch 0 records>"
@@ -488,6 +498,11 @@ class RecordBatch(Sequence[bytes]):
         elif works:
             where = f" from {len(works)} work items"
         return f"<RecordBatch {self._len} records, {size}, {self.nbytes} bytes{where}>"
+
+
+def _rebuild(segments: list[Segment], keys: list[KeyRun]) -> RecordBatch:
+    """Unpickle a RecordBatch."""
+    return assemble(segments, keys)
 
 
 def assemble(segments: list[Segment], keys: list[KeyRun]) -> RecordBatch:

@@ -63,6 +63,7 @@ __all__ = [
     "as_work_item",
     "check_taken_work",
     "current_stage",
+    "outside_stage",
     "owned_resources",
 ]
 
@@ -125,7 +126,10 @@ class Checkpointable(Protocol):
 class Attempt(Protocol):
     """A blocked queue operation, as a pause sees it: whether it was woken to run."""
 
-    woken: bool
+    @property
+    def woken(self) -> bool:
+        """Whether the operation was woken and will go on."""
+        ...
 
 
 def _short(value: object, limit: int = 80) -> str:
@@ -209,6 +213,18 @@ def check_taken_work(queue: object, work: bytes) -> None:
 def current_stage() -> StageTask | None:
     """Return the stage task running in the current context, or ``None``."""
     return _stage.get()
+
+
+@contextlib.contextmanager
+def outside_stage() -> Iterator[None]:
+    """Run the block as no stage task: for user code a stage task awaits while the stage
+    itself holds everything that code has (a map stage's ``fn``), whose own queue
+    operations must not mark the stage task as blocked in them."""
+    token = _stage.set(None)
+    try:
+        yield
+    finally:
+        _stage.reset(token)
 
 
 @contextlib.contextmanager

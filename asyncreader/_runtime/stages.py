@@ -32,7 +32,7 @@ if TYPE_CHECKING:
 __all__ = ["Stage", "StageKind", "StageState", "StageStatistics", "collect"]
 
 #: What a stage is.
-StageKind = Literal["queue", "reader", "runner"]
+StageKind = Literal["queue", "reader", "runner", "map"]
 
 #: Where a stage's tasks are. Queues: ``"idle"`` (nobody blocked), ``"starved"``
 #: (consumers blocked on an empty queue, or one at ``min_after_dequeue``), ``"full"``
@@ -42,7 +42,10 @@ StageKind = Literal["queue", "reader", "runner"]
 #: queue), ``"reading"`` (a read is in a work item: on the I/O executor or in a hook),
 #: ``"closed"`` (a read still opening the item it just took, in ``on_work_started``, counts
 #: as waiting for work). Runners: ``"idle"`` (no task running), ``"running"`` (tasks busy
-#: producing), ``"full"`` (tasks blocked on the runner's full queue).
+#: producing), ``"full"`` (tasks blocked on the runner's full queue). Map stages:
+#: ``"idle"``, ``"running"`` (calls of ``fn`` in flight), ``"starved"`` (consumers wait and
+#: no call is in flight: the source is slow), ``"full"`` (workers wait for consumers to take
+#: results), ``"closed"``.
 StageState = Literal[
     "idle", "starved", "full", "deadlocked", "closed", "waiting_for_work", "reading", "running"
 ]
@@ -53,7 +56,7 @@ class StageStatistics:
     """A snapshot of one pipeline stage: whether tasks are blocked on it, and on which side.
 
     Attributes:
-        kind: ``"queue"``, ``"reader"`` or ``"runner"``.
+        kind: ``"queue"``, ``"reader"``, ``"runner"`` or ``"map"``.
         name: The stage's name (a queue's or reader's ``name``; a runner's queue name).
         state: Where its tasks are; see :data:`StageState`.
         tasks_blocked_enqueue: Tasks blocked putting elements in: a queue's blocked
@@ -61,9 +64,11 @@ class StageStatistics:
         tasks_blocked_dequeue: Tasks blocked taking elements out: a queue's blocked
             dequeues (it is empty); for a reader, reads waiting for a work item.
         tasks_busy: Tasks working rather than waiting on a queue: a reader's reads in a
-            work item; a runner's running tasks not blocked on its queue.
+            work item; a runner's running tasks not blocked on its queue; a map stage's
+            calls in flight (its waiting workers count as blocked enqueues, its waiting
+            consumers as blocked dequeues).
         statistics: The stage's own ``statistics()`` record (``QueueStatistics``,
-            ``ReaderStatistics`` or ``QueueRunnerStatistics``).
+            ``ReaderStatistics``, ``QueueRunnerStatistics`` or ``MapStatistics``).
     """
 
     kind: StageKind
@@ -82,7 +87,7 @@ class StageStatistics:
 
 @runtime_checkable
 class Stage(Protocol):
-    """A pipeline stage that reports where its tasks are: queues and readers."""
+    """A pipeline stage that reports where its tasks are: queues, readers, map stages."""
 
     def _stage_statistics(self) -> StageStatistics:
         """Return the stage's snapshot (O(tasks blocked on it): for diagnostics)."""

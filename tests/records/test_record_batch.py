@@ -347,3 +347,21 @@ def test_tolist_gives_every_layouts_records(starts: list[int], lengths: list[int
     assert batch.tolist() == expected
     assert list(batch) == expected
     assert all(type(r) is bytes for r in batch.tolist())
+
+
+def test_a_pickled_batch_holds_only_the_bytes_its_records_cover() -> None:
+    import pickle
+
+    # Two records in the middle of a 4 MiB read block, keys by record number.
+    records = [b"abc", b"de"]
+    segment = framed(records, gap=4, head=4 << 20)
+    tail = np.concatenate([segment.buffer, np.zeros(1 << 20, np.uint8)])
+    batch = assemble(
+        [Segment(tail, segment.starts, segment.lengths)], [KeyRun(b"f.txt", 2, range(7, 9))]
+    )
+    data = pickle.dumps(batch)
+    assert len(data) < 2000
+    back = pickle.loads(data)
+    assert back.tolist() == records
+    assert back.keys() == [b"f.txt:7", b"f.txt:8"]
+    assert back.work_item(1) == b"f.txt"

@@ -1,0 +1,272 @@
+"""ar.map speed: CSV read + decode against tf.data, and the stage's own overhead.
+
+Run: ``python benchmarks/map.py [--scale 1.0] [--dir DIR]`` (with a Python that has
+TensorFlow for the tf.data rows).
+
+The script writes a CSV file of ``2,000,000 * scale`` lines (an int, two floats, an int),
+reads it once to warm the page cache, then times, best of three wall-clock runs on asyncio:
+
+* **CSV read + decode.** tf.data's ``TextLineDataset(path).batch(1024).map(decode_csv,
+  num_parallel_calls=AUTOTUNE)`` (the reference), against ``ar.map(decode,
+  lambda: reader.read_batch(files, 1024), num_parallel_calls=2)`` where ``decode`` is
+  ``ar.decode_csv`` on the RecordBatch, taken with ``async for``; and, for comparison, the
+  same decode done in the source itself (on the event loop, no map stage).
+* **Overhead over batches.** The pipeline ``read_batch(1024)`` -> ``decode_csv`` ->
+  ``async for`` with and without an ``ar.map(identity, ..., 1)`` stage between the two
+  (``identity`` a plain function, so each batch makes a round trip to a worker thread).
+* **Per-example overhead.** 20,000 single examples (ints) through ``ar.map(identity, ...)``
+  (plain function: worker threads; ``num_parallel_calls`` 1 and 4), against a loop of
+  ``await anyio.to_thread.run_sync(identity, x)``, the least a thread hop per example
+  costs; and a coroutine ``identity`` (no thread) against a loop that only awaits it.
+
+Bars (the script exits 1 if one is missed): CSV through ``ar.map(..., 2)`` >= 1.5x tf.data
+(tf.data's time over ours); the identity stage over 1024-example batches adds < 5% to
+the pipeline without it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import anyio
+import anyio.lowlevel
+import anyio.to_thread
+
+import asyncreader as ar
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator, Callable, Iterator
+
+    import numpy as np
+
+DEFAULTS: list[list[Any]] = [[0], [0.0], [0.0], [0]]
+BATCH = 1024
+
+
+def csv_file(path: Path, lines: int) -> None:
+    chunk = b"".join(b"%d,%d.25,%d.5,%d\n" % (i, i % 977, i % 13, i * 7) for i in range(100_000))
+    with path.open("wb") as f:
+        for _ in range(lines // 100_000):
+            f.write(chunk)
+
+
+def best_of(fn: Callable[[], int], repeat: int = 3) -> tuple[float, int]:
+    best, count = float("inf"), 0
+    for _ in range(repeat):
+        start = time.perf_counter()
+        count = fn()
+        best = min(best, time.perf_counter() - start)
+    return best, count
+
+
+def decode(records: ar.RecordBatch) -> list[np.ndarray]:
+    return ar.decode_csv(records, DEFAULTS)
+
+
+def identity(x: Any) -> Any:
+    return x
+
+
+async def _csv_map(path: Path, parallel: int, executor: Any) -> int:
+    count = 0
+    async with ar.Coordinator():
+        files = ar.string_input_producer([str(path)], num_epochs=1, shuffle=False)
+        reader = ar.TextLineReader()
+        stage = ar.map(decode, lambda: reader.read_batch(files, BATCH), parallel, executor=executor)
+        count = sum([len(cols[0]) async for cols in stage])
+    return count
+
+
+async def _csv_inline(path: Path, with_identity_stage: bool) -> int:
+    n = 0
+    async with ar.Coordinator():
+        files = ar.string_input_producer([str(path)], num_epochs=1, shuffle=False)
+        reader = ar.TextLineReader()
+
+        async def decoded() -> list[np.ndarray]:
+            return decode(await reader.read_batch(files, BATCH))
+
+        source: Any = decoded
+        if with_identity_stage:
+            source = ar.map(identity, decoded, 1)
+        while True:
+            try:
+                cols = await source()
+            except ar.OutOfRangeError:
+                break
+            n += len(cols[0])
+    return n
+
+
+def tf_csv_run(path: Path) -> Callable[[], int] | None:
+    try:
+        os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+        import tensorflow as tf
+    except ImportError:
+        return None
+    defaults = [[0], [0.0], [0.0], [0]]
+
+    def run() -> int:
+        dataset = (
+            tf.data.TextLineDataset(str(path))
+            .batch(BATCH)
+            .map(lambda x: tf.io.decode_csv(x, defaults), num_parallel_calls=tf.data.AUTOTUNE)
+        )
+        return sum(int(cols[0].shape[0]) for cols in dataset)
+
+    return run
+
+
+async def _numbers(n: int) -> AsyncIterator[int]:
+    for i in range(n):
+        yield i
+
+
+async def _per_example_map(n: int, parallel: int, coroutine: bool) -> int:
+    async def aidentity(x: int) -> int:
+        return x
+
+    fn: Any = aidentity if coroutine else identity
+    count = 0
+    async with ar.Coordinator():
+        stage = ar.map(fn, _numbers(n), parallel)
+        count = len([x async for x in stage])
+    return count
+
+
+async def _per_example_to_thread(n: int) -> int:
+    out = [await anyio.to_thread.run_sync(identity, x) async for x in _numbers(n)]
+    return len(out)
+
+
+async def _per_example_await(n: int) -> int:
+    async def aidentity(x: int) -> int:
+        await anyio.lowlevel.checkpoint()  # what the stage's own take costs at the least
+        return x
+
+    out = [await aidentity(x) async for x in _numbers(n)]
+    return len(out)
+
+
+def _ratio(reference: float | None, seconds: float) -> str:
+    return "-" if reference is None else f"{reference / seconds:.2f}x"
+
+
+def run_all(tmp: Path, scale: float) -> int:
+    lines = max(100_000, int(2_000_000 * scale) // 100_000 * 100_000)
+    path = tmp / "rows.csv"
+    csv_file(path, lines)
+    path.read_bytes()
+    failures = 0
+    rows: list[tuple[str, float]] = []
+
+    def timed(what: str, run: Callable[[], int]) -> float:
+        seconds, count = best_of(run)
+        assert count == lines, (what, count)
+        rows.append((what, seconds))
+        return seconds
+
+    print(f"CSV read + decode, {lines:,} lines, batches of {BATCH}")
+    tf_run = tf_csv_run(path)
+    tf_s = None if tf_run is None else timed("tf.data batch.map(AUTOTUNE)", tf_run)
+    map2 = float("inf")
+    for parallel, executor in ((1, "thread"), (2, "thread"), (2, "process")):
+        seconds = timed(
+            f"ar.map(decode, read_batch, {parallel}, {executor})",
+            lambda p=parallel, e=executor: anyio.run(_csv_map, path, p, e),  # type: ignore[misc]
+        )
+        if parallel == 2:
+            map2 = min(map2, seconds)
+    inline = timed("decode in the source (no map)", lambda: anyio.run(_csv_inline, path, False))
+    staged = timed("same + ar.map(identity, 1)", lambda: anyio.run(_csv_inline, path, True))
+    print(f"| {'pipeline':<40} | {'seconds':>8} | {'M lines/s':>9} | tf.data time / ours |")
+    print(f"|{'-' * 42}|{'-' * 10}|{'-' * 11}|{'-' * 21}|")
+    for what, seconds in rows:
+        speed = lines / seconds / 1e6
+        print(f"| {what:<40} | {seconds:8.3f} | {speed:9.2f} | {_ratio(tf_s, seconds):>19} |")
+    if tf_s is not None:
+        ok = tf_s / map2 >= 1.5
+        failures += not ok
+        print(f"bar: ar.map(..., 2) vs tf.data {tf_s / map2:.2f}x (>= 1.5): {_verdict(ok)}")
+    else:
+        print("TensorFlow not importable: no tf.data reference")
+    overhead = staged / inline - 1
+    ok = overhead < 0.05
+    failures += not ok
+    per_batch = (staged - inline) / (lines / BATCH) * 1e6
+    print(
+        f"bar: identity stage over {BATCH}-example batches adds {overhead:+.1%} "
+        f"({per_batch:.1f} us per batch) (< 5%): {_verdict(ok)}"
+    )
+
+    n = 20_000
+    print(f"\nPer-example overhead, {n:,} single examples, identity fn")
+
+    def per_example(run: Callable[[], int]) -> float:
+        return best_of(run)[0] / n * 1e6
+
+    to_thread = per_example(lambda: anyio.run(_per_example_to_thread, n))
+    awaited = per_example(lambda: anyio.run(_per_example_await, n))
+    results = [
+        ("plain fn", "await anyio.to_thread.run_sync (loop)", to_thread, to_thread),
+        *(
+            (
+                "plain fn",
+                f"ar.map(identity, src, {p})",
+                per_example(lambda p=p: anyio.run(_per_example_map, n, p, False)),  # type: ignore[misc]
+                to_thread,
+            )
+            for p in (1, 4)
+        ),
+        ("async fn", "await identity(x) (loop)", awaited, awaited),
+        *(
+            (
+                "async fn",
+                f"ar.map(aidentity, src, {p})",
+                per_example(lambda p=p: anyio.run(_per_example_map, n, p, True)),  # type: ignore[misc]
+                awaited,
+            )
+            for p in (1, 4)
+        ),
+    ]
+    print(f"| {'fn':<8} | {'how':<38} | {'us/example':>10} | {'vs loop':>7} |")
+    print(f"|{'-' * 10}|{'-' * 40}|{'-' * 12}|{'-' * 9}|")
+    for kind, how, us, ref in results:
+        print(f"| {kind:<8} | {how:<38} | {us:10.2f} | {us / ref:6.2f}x |")
+    return failures
+
+
+def _verdict(ok: bool) -> str:
+    return "ok" if ok else "MISSED"
+
+
+def _tmpdir(given: str | None) -> Iterator[Path]:
+    if given:
+        path = Path(given)
+        path.mkdir(parents=True, exist_ok=True)
+        yield path
+        return
+    with tempfile.TemporaryDirectory(prefix="asyncreader-bench-") as tmp:
+        yield Path(tmp)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--scale", type=float, default=1.0, help="data size factor")
+    parser.add_argument("--dir", help="where to write the data (default: a temporary dir)")
+    args = parser.parse_args()
+    print(f"Python {sys.version.split()[0]}, asyncreader map, asyncio")
+    failures = 0
+    for tmp in _tmpdir(args.dir):
+        failures = run_all(tmp, args.scale)
+    sys.exit(1 if failures else 0)
+
+
+if __name__ == "__main__":
+    main()
