@@ -37,14 +37,15 @@ class Chunks:
 
     async def __call__(self) -> tuple[np.ndarray[Any, Any]]:
         self.calls += 1
+        call = self.calls
         self.called.set()
         self.called = anyio.Event()
         await anyio.lowlevel.checkpoint()
-        if self.calls in self.fail:
-            raise self.fail[self.calls]
-        if self.calls > self.chunks:
+        if call in self.fail:
+            raise self.fail[call]
+        if call > self.chunks:
             raise ar.OutOfRangeError("no more chunks")
-        start = (self.calls - 1) * CHUNK
+        start = (call - 1) * CHUNK
         return (np.arange(start, start + CHUNK, dtype=np.int64),)
 
     async def wait_calls(self, n: int) -> None:
@@ -266,3 +267,48 @@ async def test_an_end_held_in_a_checkpoint_is_restored() -> None:
     assert state is not None
     rest, _ = await run(state)
     assert rest == list(range(8))
+
+
+async def test_several_tasks_per_source_deliver_every_example_once() -> None:
+    source = Chunks(30)
+    with anyio.fail_after(10):
+        async with ar.Coordinator() as coord:
+            b = ar.batch(
+                source,
+                3,
+                num_threads=3,
+                capacity=CHUNK + 1,
+                enqueue_many=True,
+                allow_smaller_final_batch=True,
+                coord=coord,
+            )
+            got: list[int] = []
+            async for (ids,) in b:
+                got.extend(int(i) for i in ids)
+                await anyio.lowlevel.checkpoint()
+    assert sorted(got) == list(range(30 * CHUNK))
+    # Each task ends at the end of input once; nothing is fetched beyond it.
+    assert source.calls == 30 + 3
+
+
+async def test_a_source_error_found_ahead_is_restored_from_a_checkpoint() -> None:
+    """An error that is not asyncreader's own is held as an AsyncReaderError naming it."""
+
+    async def run(restore: bytes | None) -> bytes | None:
+        source = Chunks(10, fail={3: ValueError("bad chunk")})
+        async with ar.Session(restore=restore) as sess:
+            b = ar.batch(source, 2, capacity=CHUNK, enqueue_many=True)
+            if restore is None:
+                await source.wait_calls(3)
+                await _settle()
+                return await sess.checkpoint()
+            async for _ in b:
+                pass
+        assert source.calls == 0  # the error came from the checkpoint
+        return None
+
+    with anyio.fail_after(5):
+        state = await run(None)
+        assert state is not None
+        with pytest.raises(ar.AsyncReaderError, match="raised ValueError: bad chunk"):
+            await run(state)
