@@ -18,7 +18,8 @@ queue. The example lands in :attr:`Source.pending`, where the next call takes it
 source is called in the same order as without look-ahead and examples are enqueued in the
 same order, and a checkpoint saves it as an example in hand. An error the fetch raises is
 held there too (:class:`Failed`) and raised by the call that would have fetched it. An
-enqueue that does not wait takes none of this path.
+enqueue that does not wait, or a source whose last call returned at once (an example from
+memory: :data:`AHEAD_MIN_SECONDS`), takes none of this path.
 
 A :class:`~asyncreader.RecordBatch` result (``read_batch``) with ``enqueue_many=True`` is
 the example ``(keys, values)``, exactly what ``read_up_to`` returns: :class:`Source` turns
@@ -31,6 +32,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import AsyncIterable, AsyncIterator, Callable
+from time import perf_counter
 from typing import TYPE_CHECKING, Any, Final
 
 import anyio
@@ -48,6 +50,7 @@ if TYPE_CHECKING:
     from .._runtime.checkpoint import Checkpointer
 
 __all__ = [
+    "AHEAD_MIN_SECONDS",
     "NOTHING",
     "DropCount",
     "EnqueueStep",
@@ -66,6 +69,10 @@ ExampleSource = Callable[[], Any] | AsyncIterable[Any]
 
 #: Example types that are not a RecordBatch.
 _EXAMPLES: Final = frozenset({tuple, dict, list, np.ndarray, bytes, str, int, float})
+
+#: A source call shorter than this (seconds) is not fetched ahead: starting the task that
+#: would fetch it costs about as much (a source that returns examples from memory).
+AHEAD_MIN_SECONDS: Final = 50e-6
 
 #: A marker for "no example" (e.g. before the first one was fetched).
 NOTHING: Any = object()
@@ -133,6 +140,7 @@ class Source:
         "_what",
         "index",
         "pending",
+        "slow",
     )
 
     def __init__(self, source: object, index: int, what: str, *, enqueue_many: bool) -> None:
@@ -142,6 +150,8 @@ class Source:
         self._exhausted = False
         #: Examples fetched ahead, oldest first; a :class:`Failed` holds an error instead.
         self.pending: list[Any] = []
+        #: Whether the last source call took long enough for a fetch ahead to pay.
+        self.slow = False
         self.index = index
         self._what = what
         self._many = enqueue_many
@@ -185,16 +195,21 @@ class Source:
             if type(example) is Failed:
                 raise example.error
             return example
-        return await self._fetch()
+        start = perf_counter()
+        example = await self._fetch()
+        self.slow = perf_counter() - start >= AHEAD_MIN_SECONDS
+        return example
 
     async def fetch_ahead(self) -> None:
         """Fetch the source's next example into :attr:`pending`; hold an error there too."""
+        start = perf_counter()
         try:
             example = await self._fetch()
         except Exception as exc:
             self.pending.append(Failed(exc))
         else:
             self.pending.append(example)
+            self.slow = perf_counter() - start >= AHEAD_MIN_SECONDS
 
     async def _fetch(self) -> Any:
         if self._exhausted:
@@ -330,7 +345,12 @@ class EnqueueStep:
             if keep is not True:
                 comps = _select_rows(comps, keep)  # type: ignore[arg-type]
                 self._dropped.value += len(keep) - len(comps[0])  # type: ignore[arg-type]
-        if self._waits(batch_len(comps[0]) if self._many else 1) and not self._source.pending:
+        source = self._source
+        if (
+            source.slow
+            and not source.pending
+            and self._waits(batch_len(comps[0]) if self._many else 1)
+        ):
             await self._enqueue_fetching(comps)
         else:
             await self._enqueue(comps)
