@@ -326,10 +326,11 @@ def measure(method: str, args: argparse.Namespace) -> dict[str, Any]:
 
 def queue_bound_bytes(args: argparse.Namespace) -> int:
     """Bytes asyncreader's buffers can hold: the shuffle queue plus a batch being dequeued,
-    and per reader one chunk of records, its decoded copy and its augmented images (the
-    decoded records are now a view, so this over-counts by a chunk per reader)."""
+    and per reader one chunk of records, its decoded copy and two chunks of augmented
+    images (one waiting to be enqueued, one fetched ahead meanwhile; the decoded records
+    are now a view, so this over-counts by a chunk of records per reader)."""
     example = SIZE * SIZE * 3 * 4 + 4  # float32 image + int32 label
-    per_reader: int = args.chunk * (2 * cifar10.RECORD_BYTES + example)
+    per_reader: int = args.chunk * (2 * cifar10.RECORD_BYTES + 2 * example)
     queued: int = (args.shuffle_buffer + 4 * BATCH) * example
     return queued + int(args.readers) * per_reader
 

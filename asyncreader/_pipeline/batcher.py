@@ -40,7 +40,17 @@ from .._runtime.context import current_checkpointer, current_session
 from .._runtime.queue_runner import QueueRunner
 from .._typing import BatchT
 from .common import resolve_coordinator
-from .sources import NOTHING, DropCount, EnqueueStep, Source, batch_len, check_keep_input
+from .sources import (
+    NOTHING,
+    DropCount,
+    EnqueueStep,
+    Failed,
+    Source,
+    batch_len,
+    check_keep_input,
+    restore_error,
+    save_error,
+)
 from .structure import (
     Shape,
     Structure,
@@ -288,7 +298,7 @@ class Batcher(Generic[BatchT]):
                         first = await source.next()
                     except OutOfRangeError:
                         continue  # an empty source has nothing to run
-                    source.pending = first
+                    source.pending.append(first)
                 live.append(source)
             if first is NOTHING:
                 return  # no source produced anything: dequeue reports end of input
@@ -309,10 +319,13 @@ class Batcher(Generic[BatchT]):
         self._queue = self._new_queue(dtypes, shapes)
         self._queue._checkpoint_restore(queue_tree)
         for index, comps in tree["pending"]:
+            if isinstance(comps, dict) and "error" in comps:  # a look-ahead fetch's error
+                self._sources[index].pending.append(Failed(restore_error(comps["error"])))
+                continue
             if isinstance(comps, dict):  # saved as record references
                 snapshot = await self._queue._restore_outside(comps["record_refs"])
                 comps = self._from_rows(snapshot["rows"])
-            self._sources[index].pending = self._structure.pack(comps)
+            self._sources[index].pending.append(self._structure.pack(comps))
         if self._queue.is_closed():
             return  # the input had ended: what is stored drains
         self._start_enqueue_steps(self._sources, threads_per_source)
@@ -346,12 +359,16 @@ class Batcher(Generic[BatchT]):
         structure = self._structure_or_fail()
         pending: list[Any] = []
         for source in self._sources:
-            if source.pending is not NOTHING:
+            # Examples in hand, oldest first (the first example, look-ahead fetches).
+            for example in source.pending:
+                if type(example) is Failed:
+                    pending.append([source.index, {"error": save_error(example.error)}])
+                    continue
                 # A RecordBatch component is saved as what the queue makes of it: its
                 # records, as strings.
                 comps = [
                     record_strings(c) if isinstance(c, RecordBatch) else c
-                    for c in structure.flatten(source.pending)
+                    for c in structure.flatten(example)
                 ]
                 # An example in hand holds records too: saved as the queue saves its own.
                 saved = queue._save_outside(self._rows(comps))

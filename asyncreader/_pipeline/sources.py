@@ -3,12 +3,23 @@
 ``tensors`` (or each entry of ``tensors_list``) is an async callable returning one example,
 or an async iterable of examples (an async generator, a :class:`SliceProducer`, ...).
 :class:`Source` makes both uniform: ``await source.next()`` returns the next example or
-raises :class:`~asyncreader.OutOfRangeError` at the end, and an example fetched ahead (the
-first one, which fixes the queue's dtypes and shapes) waits in :attr:`Source.pending`.
+raises :class:`~asyncreader.OutOfRangeError` at the end, and examples fetched ahead (the
+first one, which fixes the queue's dtypes and shapes, and look-ahead fetches) wait in
+:attr:`Source.pending`, oldest first.
 
 :class:`EnqueueStep` is one runner task's enqueue op: fetch an example (a batch with
 ``enqueue_many=True``), apply ``keep_input`` (the ``maybe_`` variants), enqueue. It is the
 batching hot path, so it binds everything it needs once.
+
+Look-ahead. When an enqueue has to wait for room, the step fetches its source's next
+example meanwhile (in a task of its own, a stage task of its own for checkpoints), so that
+several runner tasks prepare examples in parallel instead of taking turns at the full
+queue. The example lands in :attr:`Source.pending`, where the next call takes it: the
+source is called in the same order as without look-ahead and examples are enqueued in the
+same order, and a checkpoint saves it as an example in hand. An error the fetch raises is
+held there too (:class:`Failed`) and raised by the call that would have fetched it. An
+enqueue that does not wait, or a source whose last call returned at once (an example from
+memory: :data:`AHEAD_MIN_SECONDS`), takes none of this path.
 
 A :class:`~asyncreader.RecordBatch` result (``read_batch``) with ``enqueue_many=True`` is
 the example ``(keys, values)``, exactly what ``read_up_to`` returns: :class:`Source` turns
@@ -21,24 +32,32 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import AsyncIterable, AsyncIterator, Callable
+from time import perf_counter
 from typing import TYPE_CHECKING, Any, Final
 
 import anyio
 import numpy as np
 
-from .._errors import InvalidArgumentError, OutOfRangeError
+from .. import _errors
+from .._errors import AsyncReaderError, InvalidArgumentError, OutOfRangeError
 from .._queues.elements import record_components, record_strings
 from .._records.batch import RecordBatch
+from .._runtime.context import current_checkpointer
 from .structure import format_shape
 
 if TYPE_CHECKING:
     from .._queues.base import QueueBase
+    from .._runtime.checkpoint import Checkpointer
 
 __all__ = [
+    "AHEAD_MIN_SECONDS",
     "NOTHING",
     "DropCount",
     "EnqueueStep",
     "ExampleSource",
+    "Failed",
+    "restore_error",
+    "save_error",
     "Source",
     "as_keep",
     "batch_len",
@@ -51,8 +70,56 @@ ExampleSource = Callable[[], Any] | AsyncIterable[Any]
 #: Example types that are not a RecordBatch.
 _EXAMPLES: Final = frozenset({tuple, dict, list, np.ndarray, bytes, str, int, float})
 
-#: The value of :attr:`Source.pending` when no example waits there.
+#: A source call shorter than this (seconds) is not fetched ahead: starting the task that
+#: would fetch it costs about as much (a source that returns examples from memory).
+AHEAD_MIN_SECONDS: Final = 50e-6
+
+#: A marker for "no example" (e.g. before the first one was fetched).
 NOTHING: Any = object()
+
+
+class Failed:
+    """An error a look-ahead fetch raised, held in :attr:`Source.pending` in place of the
+    example until the call that would have fetched it raises it.
+
+    Attributes:
+        error: The exception.
+    """
+
+    __slots__ = ("error",)
+
+    def __init__(self, error: Exception) -> None:
+        self.error = error
+
+    def __repr__(self) -> str:
+        return f"<Failed {self.error!r}>"
+
+
+def save_error(error: Exception) -> list[Any]:
+    """Return a held error as a checkpoint tree: its class name and fields."""
+    if isinstance(error, AsyncReaderError):
+        return [type(error).__name__, error.message, error.work_item, error.record, error.offset]
+    return [type(error).__name__, str(error), None, None, None]
+
+
+def restore_error(tree: Any) -> AsyncReaderError:
+    """Rebuild an error :func:`save_error` saved.
+
+    asyncreader's own errors come back as themselves; any other exception as an
+    :class:`~asyncreader.AsyncReaderError` naming its type, since a checkpoint names no
+    code to run.
+
+    Raises:
+        InvalidArgumentError: the tree is malformed.
+    """
+    try:
+        name, message, work_item, record, offset = tree
+    except (TypeError, ValueError):
+        raise InvalidArgumentError(f"malformed held error in a checkpoint: {tree!r}") from None
+    cls = getattr(_errors, str(name), None) if str(name) in _errors.__all__ else None
+    if isinstance(cls, type) and issubclass(cls, AsyncReaderError):
+        return cls(str(message), work_item=work_item, record=record, offset=offset)
+    return AsyncReaderError(f"the example source raised {name}: {message}")
 
 
 class Source:
@@ -73,6 +140,7 @@ class Source:
         "_what",
         "index",
         "pending",
+        "slow",
     )
 
     def __init__(self, source: object, index: int, what: str, *, enqueue_many: bool) -> None:
@@ -80,7 +148,10 @@ class Source:
         self._iter: AsyncIterator[Any] | None = None
         self._lock: anyio.Lock | None = None
         self._exhausted = False
-        self.pending: Any = NOTHING
+        #: Examples fetched ahead, oldest first; a :class:`Failed` holds an error instead.
+        self.pending: list[Any] = []
+        #: Whether the last source call took long enough for a fetch ahead to pay.
+        self.slow = False
         self.index = index
         self._what = what
         self._many = enqueue_many
@@ -108,7 +179,7 @@ class Source:
             )
 
     async def next(self) -> Any:
-        """Return the pending example if there is one, else the source's next example.
+        """Return the oldest pending example if there is one, else the source's next example.
 
         A :class:`~asyncreader.RecordBatch` comes back as the tuple ``(keys, values)``.
 
@@ -116,10 +187,31 @@ class Source:
             OutOfRangeError: the source is exhausted.
             InvalidArgumentError: the source returned a RecordBatch without
                 ``enqueue_many``.
+            Exception: whatever the source raised, also when a look-ahead fetch raised it
+                (then here, where it would have been fetched).
         """
-        if self.pending is not NOTHING:
-            example, self.pending = self.pending, NOTHING
+        if self.pending:
+            example = self.pending.pop(0)
+            if type(example) is Failed:
+                raise example.error
             return example
+        start = perf_counter()
+        example = await self._fetch()
+        self.slow = perf_counter() - start >= AHEAD_MIN_SECONDS
+        return example
+
+    async def fetch_ahead(self) -> None:
+        """Fetch the source's next example into :attr:`pending`; hold an error there too."""
+        start = perf_counter()
+        try:
+            example = await self._fetch()
+        except Exception as exc:
+            self.pending.append(Failed(exc))
+        else:
+            self.pending.append(example)
+            self.slow = perf_counter() - start >= AHEAD_MIN_SECONDS
+
+    async def _fetch(self) -> Any:
         if self._exhausted:
             raise OutOfRangeError(f"example source {self.index} is exhausted")
         if self._coro:
@@ -195,10 +287,20 @@ class EnqueueStep:
     """One runner task's enqueue op: fetch an example (or a batch) and enqueue it.
 
     Made once the queue exists; binds what the hot path needs so each call does a few
-    attribute reads, one source call and one enqueue.
+    attribute reads, one source call and one enqueue. An enqueue that has to wait for room
+    fetches the source's next example meanwhile (see the module docstring: look-ahead).
     """
 
-    __slots__ = ("_dropped", "_enqueue", "_flatten", "_keep_input", "_many", "_source", "_what")
+    __slots__ = (
+        "_dropped",
+        "_enqueue",
+        "_flatten",
+        "_keep_input",
+        "_many",
+        "_source",
+        "_waits",
+        "_what",
+    )
 
     def __init__(
         self,
@@ -218,6 +320,7 @@ class EnqueueStep:
         self._keep_input = keep_input
         self._dropped = dropped
         self._enqueue = queue.enqueue_many if self._many else queue.enqueue
+        self._waits = queue._enqueue_waits
 
     async def __call__(self) -> None:
         """Enqueue the source's next example (or batch) unless ``keep_input`` rejects it.
@@ -242,7 +345,48 @@ class EnqueueStep:
             if keep is not True:
                 comps = _select_rows(comps, keep)  # type: ignore[arg-type]
                 self._dropped.value += len(keep) - len(comps[0])  # type: ignore[arg-type]
-        await self._enqueue(comps)
+        source = self._source
+        if (
+            source.slow
+            and not source.pending
+            and self._waits(batch_len(comps[0]) if self._many else 1)
+        ):
+            await self._enqueue_fetching(comps)
+        else:
+            await self._enqueue(comps)
+
+    async def _enqueue_fetching(self, comps: tuple[Any, ...]) -> None:
+        """Enqueue ``comps``, which waits for room, while fetching the next example.
+
+        The step returns once both are done, so no task outlives it; a failed or
+        cancelled enqueue (a closed queue, a stop) cancels the fetch.
+        """
+        pause = current_checkpointer()
+        if pause is not None and pause.paused:
+            # A checkpoint is being taken: start nothing new.
+            await self._enqueue(comps)
+            return
+        failure: Exception | None = None
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(self._fetch_ahead, pause)
+            try:
+                await self._enqueue(comps)
+            except Exception as exc:
+                # Raised after the task group, so that it is not wrapped in a group.
+                failure = exc
+                tg.cancel_scope.cancel()
+        if failure is not None:
+            raise failure
+
+    async def _fetch_ahead(self, pause: Checkpointer | None) -> None:
+        if pause is None:
+            await self._source.fetch_ahead()
+            return
+        # A stage task of its own: settled only while blocked in a queue operation (a
+        # reader waiting for work), so a checkpoint waits for an example being made and
+        # then saves it as an example in hand.
+        with pause.stage(f"{self._what}-source-{self._source.index}-ahead"):
+            await self._source.fetch_ahead()
 
     def __repr__(self) -> str:
         return f"<enqueue step of {self._what} source={self._source.index}>"

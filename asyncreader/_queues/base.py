@@ -304,6 +304,10 @@ class QueueBase(QueueCheckpointing, BatchedDequeue, SharedResource, Generic[Elem
         with stage.blocked(self, w, dequeue=w.kind in (SINGLE, BATCH)):
             await event.wait()
 
+    def _enqueue_waits(self, count: int) -> bool:
+        """Whether an enqueue of ``count`` elements would wait for room right now."""
+        return not self._closed and (bool(self._enqueuers) or len(self._buf) + count > self._cap)
+
     def _note_inserted(self, count: int) -> None:
         self._total_in += count
         size = len(self._buf)
