@@ -70,12 +70,18 @@ def _require_asyncio(what: str) -> None:
         ) from None
 
 
+def _client_errors(asyncpg: Any) -> tuple[type[Exception], ...]:
+    # A connection the server dropped mid-call can also surface as asyncpg's
+    # InternalClientError ("another operation is in progress"), not only InterfaceError.
+    return (OSError, asyncpg.PostgresError, asyncpg.InterfaceError, asyncpg.InternalClientError)
+
+
 async def _connect(dsn: str, work: bytes | None) -> Any:
     """An asyncpg connection; failures become NotFoundError naming the database."""
     asyncpg = _asyncpg()
     try:
         return await asyncpg.connect(dsn)
-    except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+    except _client_errors(asyncpg) as exc:
         raise NotFoundError(
             f"{database_name(dsn)}: cannot connect to PostgreSQL: {type(exc).__name__}: {exc}",
             work_item=work,
@@ -136,7 +142,7 @@ async def _fetch(conn: Any, db: str, table: str, sql: str, params: Sequence[obje
     asyncpg = _asyncpg()
     try:
         return await conn.fetch(sql, *params)
-    except (asyncpg.PostgresError, asyncpg.InterfaceError, OSError) as exc:
+    except _client_errors(asyncpg) as exc:
         raise DataLossError(f"{db}, table {table!r}: {type(exc).__name__}: {exc}") from None
 
 

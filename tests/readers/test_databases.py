@@ -745,3 +745,26 @@ async def test_text_and_blob_values_of_every_length_encode_as_tensorflow_does(
         for i, n in enumerate(lengths)
     ]
     assert values == expected
+
+
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+async def test_postgres_client_errors_of_a_dropped_connection_are_data_loss() -> None:
+    # A connection the server terminated mid-call may fail with asyncpg's
+    # InternalClientError instead of an InterfaceError, depending on timing: both are a
+    # DataLossError naming the table, never asyncpg's own exception.
+    asyncpg = pytest.importorskip("asyncpg")
+    from asyncreader._readers.postgres import _fetch
+
+    class Dropped:
+        def __init__(self, exc: Exception) -> None:
+            self.exc = exc
+
+        async def fetch(self, sql: str, *params: object) -> Any:
+            raise self.exc
+
+    for exc in (
+        asyncpg.InternalClientError("cannot switch to state 11; another operation is in progress"),
+        asyncpg.InterfaceError("connection is closed"),
+    ):
+        with pytest.raises(ar.DataLossError, match=r"db, table 't': " + type(exc).__name__):
+            await _fetch(Dropped(exc), "db", "t", "SELECT 1", [])
