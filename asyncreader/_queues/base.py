@@ -28,6 +28,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import sys
+import time
 from collections import deque
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, SupportsIndex
 
@@ -132,6 +133,8 @@ class QueueBase(QueueCheckpointing, BatchedDequeue, SharedResource, Generic[Elem
         self._peak = 0
         self._total_in = 0
         self._total_out = 0
+        # Seconds blocked by attempts that finished waiting: [enqueue side, dequeue side].
+        self._blocked_seconds = [0.0, 0.0]
         # Reader records in the elements are saved as references (see RecordRefs).
         refs = as_record_refs(record_refs)
         self._refs = None if refs is None else RefLayout(refs, self._codec, self.name)
@@ -193,7 +196,17 @@ class QueueBase(QueueCheckpointing, BatchedDequeue, SharedResource, Generic[Elem
             peak_size=self._peak,
             total_enqueued=self._total_in,
             total_dequeued=self._total_out,
+            seconds_blocked_enqueue=self._seconds_blocked(self._enqueuers, 0),
+            seconds_blocked_dequeue=self._seconds_blocked(self._dequeuers, 1),
         )
+
+    def _seconds_blocked(self, side: deque[Attempt], index: int) -> float:
+        """Seconds ``side``'s attempts have waited so far, counting those waiting now."""
+        total = self._blocked_seconds[index]
+        if side:
+            now = time.monotonic()
+            total += sum(now - w.since for w in side if w.since)
+        return total
 
     def _blocked(self) -> tuple[int, int]:
         """Return how many enqueue-side and dequeue-side attempts are blocked right now.
@@ -296,13 +309,21 @@ class QueueBase(QueueCheckpointing, BatchedDequeue, SharedResource, Generic[Elem
     async def _wait(self, w: Attempt) -> None:
         event = w.event = new_wakeup()
         w.woken = False
-        stage = current_stage()
-        if stage is None:
-            await event.wait()
-            return
-        # A stage task blocked here holds nothing but ``w``: a checkpoint may be taken.
-        with stage.blocked(self, w, dequeue=w.kind in (SINGLE, BATCH)):
-            await event.wait()
+        dequeue = w.kind in (SINGLE, BATCH)
+        # Time blocked is measured per wait, not per element: two clock reads beside a
+        # wakeup and a task switch.
+        w.since = since = time.monotonic()
+        try:
+            stage = current_stage()
+            if stage is None:
+                await event.wait()
+                return
+            # A stage task blocked here holds nothing but ``w``: a checkpoint may be taken.
+            with stage.blocked(self, w, dequeue=dequeue):
+                await event.wait()
+        finally:
+            w.since = 0.0
+            self._blocked_seconds[dequeue] += time.monotonic() - since
 
     def _note_inserted(self, count: int) -> None:
         self._total_in += count
