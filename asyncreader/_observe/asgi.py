@@ -5,8 +5,9 @@ Routes, relative to where the application is mounted:
 * ``GET /`` — the live page (``page.html``: one self-contained file, no build step and
   nothing fetched from elsewhere), polling ``stages``;
 * ``GET /metrics`` — the Prometheus text format;
-* ``GET /stages`` — one sample of every stage as JSON (what the page and ``asyncreader
-  watch`` read).
+* ``GET /stages`` — one sample of every stage as JSON, ``{"time": <the server's
+  monotonic clock, seconds>, "stages": [...]}`` (what the page and ``asyncreader watch``
+  read; rates are differences over the server's time, so a throttled page stays right).
 
 Any other path answers 404, any other method 405.
 """
@@ -65,9 +66,9 @@ def metrics_app(session: Session) -> ASGIApp:
     sampler = Sampler(session)
     page = _PAGE
 
-    def stages() -> list[dict[str, Any]]:
-        snapshot = sampler()
-        return snapshot["stages"] if snapshot is not None else []
+    def snapshot() -> dict[str, Any]:
+        taken = sampler()
+        return taken if taken is not None else {"time": None, "stages": []}
 
     async def app(scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
@@ -93,10 +94,10 @@ def metrics_app(session: Session) -> ASGIApp:
         elif path == "/":
             content_type, body = "text/html; charset=utf-8", page
         elif path == "/metrics":
-            content_type, body = CONTENT_TYPE, render(stages())
+            content_type, body = CONTENT_TYPE, render(snapshot()["stages"])
         else:
             content_type = "application/json"
-            body = json.dumps({"stages": stages()}).encode()
+            body = json.dumps(snapshot()).encode()
         headers = [
             (b"content-type", content_type.encode()),
             (b"content-length", str(len(body)).encode()),
