@@ -5,6 +5,7 @@ Subcommands:
 * ``asyncreader demo`` — the CIFAR-10 training input pipeline end to end (see
   :mod:`asyncreader._cli.demo` and :mod:`asyncreader._demo`);
 * ``asyncreader make-cifar10 DIR`` — write the synthetic CIFAR-10 binary files to ``DIR``;
+* ``asyncreader watch URL`` — a running pipeline's stages, refreshing (:mod:`.watch`);
 * ``asyncreader version`` — print the installed version.
 """
 
@@ -123,6 +124,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
 
     commands.add_parser("version", help="print the installed version")
+
+    from . import watch  # asyncreader watch URL: its own module
+
+    watch.add_parser(commands)
     return parser
 
 
@@ -143,6 +148,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not have_rich():
             parser.error("--progress rich needs rich: pip install 'asyncreader[cli]'")
     try:
+        if args.command == "watch":
+            from . import watch
+
+            return watch.run(args)
         if args.command == "demo":
             from .._demo.training import DemoOptions
             from . import demo
