@@ -133,7 +133,7 @@ async def test_peak_counts_elements_put_back_after_a_refill() -> None:
 
 
 class _Clock:
-    """A stand-in for the ``time`` module of the queues: ``monotonic()`` moves when told."""
+    """A stand-in for the queues' clock: ``monotonic()`` moves when told."""
 
     def __init__(self) -> None:
         self.now = 100.0
@@ -150,7 +150,7 @@ async def test_seconds_blocked_count_waits_on_each_side_and_never_go_back(
     from asyncreader._queues import base
 
     clock = _Clock()
-    monkeypatch.setattr(base, "time", clock)
+    monkeypatch.setattr(base, "_monotonic", clock.monotonic)
     build, element = kind
     q = build(1)
     seen: list[float] = []
