@@ -2,12 +2,15 @@
 
 Chromium comes from the system's packages (``apt-get install chromium``; ``.ci/run``
 installs it); without it these tests skip. The screenshot is kept in the test's temporary
-directory, and its path is printed (``pytest -s`` shows it).
+directory, and its path is printed (``pytest -s`` shows it); with the environment
+variable ``ASYNCREADER_TEST_ARTIFACTS`` set to a folder, a copy is kept there too (pytest
+removes old temporary directories).
 """
 
 from __future__ import annotations
 
 import functools
+import os
 import shutil
 from html.parser import HTMLParser
 from typing import TYPE_CHECKING, Any
@@ -139,6 +142,10 @@ async def test_the_page_draws_the_stages_with_moving_numbers(
             tg.cancel_scope.cancel()
             sess.coord.request_stop()
     print(f"screenshot of the live page: {shot}")
+    artifacts = os.environ.get("ASYNCREADER_TEST_ARTIFACTS")
+    if artifacts:
+        kept = shutil.copy(shot, artifacts)
+        print(f"kept as {kept}")
 
     batch_queue = next(s.name for s in sess.stage_statistics() if s.name.startswith("FIFO"))
     for page in (first, second):
