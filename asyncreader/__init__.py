@@ -25,6 +25,7 @@ Everything public is importable from here: ``import asyncreader as ar``.
 #   9. _pipeline     input producers, batching and parallel map
 #  10. _distributed  queues shared across processes on Ray (Ray imported lazily)
 #  11. cifar10       the CIFAR-10 format, TensorFlow's input functions, synthetic data
+#  11. _observe      metrics (Prometheus, OpenTelemetry) and the live page of a pipeline
 #  12. _demo         the training run of ``asyncreader demo``
 #  13. _cli          the command line
 #  14. __main__      ``python -m asyncreader``: runs the command line
@@ -85,6 +86,10 @@ from ._errors import (
 )
 from ._io.executor import set_io_threads as set_io_threads
 from ._io.filesystem import set_remote_timeouts as set_remote_timeouts
+from ._observe import PrometheusCollector as PrometheusCollector
+from ._observe import instrument_opentelemetry as instrument_opentelemetry
+from ._observe import metrics_app as metrics_app
+from ._observe import serve_metrics as serve_metrics
 
 # --- pipeline ---
 from ._pipeline.batcher import (
@@ -215,6 +220,7 @@ __all__ = [
     "FixedLengthRecordReader",
     "IdentityReader",
     "input_producer",
+    "instrument_opentelemetry",
     "InvalidArgumentError",
     "limit_epochs",
     "map",
@@ -225,6 +231,7 @@ __all__ = [
     "maybe_batch_join",
     "maybe_shuffle_batch",
     "maybe_shuffle_batch_join",
+    "metrics_app",
     "NotFoundError",
     "OutOfRangeError",
     "PaddingFIFOQueue",
@@ -233,6 +240,7 @@ __all__ = [
     "PostgresReader",
     "PriorityQueue",
     "ProducerStatistics",
+    "PrometheusCollector",
     "QueueClosedError",
     "QueueRunner",
     "QueueRunnerStatistics",
@@ -248,6 +256,7 @@ __all__ = [
     "Session",
     "RayCluster",
     "RemoteQueue",
+    "serve_metrics",
     "SessionStatistics",
     "set_io_threads",
     "set_remote_timeouts",

@@ -21,8 +21,12 @@ The HTTP part is a few lines on anyio's TCP listener (standard library only, no 
 
 * ``GET /next``  -> ``{"key": "<file>:<line>", "value": "<the line>"}``
 * ``GET /stats`` -> ``{"records": <served so far>, "queued_files": <file names queued>}``
+* ``GET /metrics`` -> the pipeline's metrics in the Prometheus text format, and
+  ``GET /pipeline/`` -> its live page (``asyncreader.metrics_app``, mounted at
+  ``/pipeline``; they need the ``asyncreader[metrics]`` extra, else they answer 404)
 
-Run it, then ``curl http://127.0.0.1:8000/next``::
+Run it, then ``curl http://127.0.0.1:8000/next``, or open http://127.0.0.1:8000/pipeline/
+in a browser::
 
     python examples/web_service.py                       # serves a small built-in text file
     python examples/web_service.py --port 8080 data/*.txt
@@ -45,6 +49,9 @@ import asyncreader as ar
 # A request head larger than this is refused: the service only ever expects short GETs.
 MAX_HEAD_BYTES = 8192
 
+# The pipeline's metrics endpoint (an ASGI application) answers these paths.
+METRICS_PATHS = ("/metrics", "/pipeline")
+
 REASONS = {
     200: "OK",
     400: "Bad Request",
@@ -61,7 +68,11 @@ class RecordService:
         self.sess = sess
         # Cycles through the files for ever (num_epochs=None), in order.
         self.filename_queue = ar.string_input_producer(paths, shuffle=False)
-        self.reader = ar.TextLineReader()
+        self.reader = ar.TextLineReader(name="lines")
+        try:
+            self.metrics: Any = ar.metrics_app(sess)
+        except ar.FailedPreconditionError:  # prometheus_client is not installed
+            self.metrics = None
 
     async def next_record(self) -> tuple[int, dict[str, Any]]:
         try:
@@ -84,6 +95,22 @@ class RecordService:
             return 405, {"error": f"{method} is not allowed; use GET"}
         return await routes[path]()
 
+    async def call_metrics(self, method: str, path: str) -> tuple[int, str, bytes]:
+        """Answer a request with the metrics application (status, content type, body)."""
+        root = "/pipeline" if path.startswith("/pipeline") else ""
+        scope = {"type": "http", "method": method, "path": path, "root_path": root}
+        answer: dict[str, Any] = {}
+
+        async def receive() -> dict[str, Any]:
+            return {"type": "http.request", "body": b"", "more_body": False}
+
+        async def send(message: dict[str, Any]) -> None:
+            answer.update(message)  # the start (status, headers), then the body
+
+        await self.metrics(scope, receive, send)
+        headers = dict(answer["headers"])
+        return answer["status"], headers[b"content-type"].decode(), answer["body"]
+
     async def handle(self, client: SocketStream) -> None:
         """Serve one HTTP/1.1 request on ``client``, then close the connection."""
         async with client:
@@ -94,14 +121,21 @@ class RecordService:
             except (anyio.EndOfStream, anyio.BrokenResourceError):
                 return  # the client went away before sending a whole request
             request_line = head.split(b"\r\n", 1)[0].decode("latin-1").split()
-            if len(request_line) != 3:
-                status, body = 400, {"error": "malformed request"}
+            if (
+                len(request_line) == 3
+                and self.metrics
+                and request_line[1].startswith(METRICS_PATHS)
+            ):
+                status, content_type, payload = await self.call_metrics(*request_line[:2])
             else:
-                status, body = await self.respond(request_line[0], request_line[1])
-            payload = json.dumps(body).encode() + b"\n"
+                if len(request_line) != 3:
+                    status, body = 400, {"error": "malformed request"}
+                else:
+                    status, body = await self.respond(request_line[0], request_line[1])
+                content_type, payload = "application/json", json.dumps(body).encode() + b"\n"
             response = (
                 f"HTTP/1.1 {status} {REASONS[status]}\r\n"
-                "Content-Type: application/json\r\n"
+                f"Content-Type: {content_type}\r\n"
                 f"Content-Length: {len(payload)}\r\n"
                 "Connection: close\r\n\r\n"
             ).encode() + payload

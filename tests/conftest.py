@@ -69,4 +69,8 @@ def _no_blocking_calls_on_the_loop(request: pytest.FixtureRequest) -> Iterator[N
         # driver's own, once per connection of a PostgresReader).
         for function in bb.functions.values():
             function.can_block_in("asyncpg/connect_utils.py", "_parse_connect_arguments")
+        # Importing prometheus_client (on the first metrics_app) registers its process
+        # collector, which reads /proc/self once: procfs, not blocking I/O.
+        for function in bb.functions.values():
+            function.can_block_in("prometheus_client/process_collector.py", "collect")
         yield

@@ -8,6 +8,7 @@ Subcommands:
 * ``asyncreader convert INPUT... -o OUTPUT`` — write TFRecord files
   (:mod:`asyncreader._cli.convert`);
 * ``asyncreader make-cifar10 DIR`` — write the synthetic CIFAR-10 binary files to ``DIR``;
+* ``asyncreader watch URL`` — a running pipeline's stages, refreshing (:mod:`.watch`);
 * ``asyncreader version`` — print the installed version (as ``asyncreader --version``).
 
 Bare ``asyncreader`` prints the help. Exit status: 0 on success, 1 when an input cannot be
@@ -141,6 +142,10 @@ def build_parser() -> argparse.ArgumentParser:
     _add_inspect(commands)
     _add_convert(commands)
     commands.add_parser("version", help="print the installed version (as --version)")
+
+    from . import watch  # asyncreader watch URL: its own module
+
+    watch.add_parser(commands)
     return parser
 
 
@@ -279,6 +284,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not have_rich():
             parser.error("--progress rich needs rich: pip install 'asyncreader[cli]'")
     try:
+        if args.command == "watch":
+            from . import watch
+
+            return watch.run(args)
         if args.command == "demo":
             from .._demo.training import DemoOptions
             from . import demo

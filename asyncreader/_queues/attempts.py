@@ -79,6 +79,7 @@ class Attempt:
         "kind",
         "need",
         "pos",
+        "since",
         "taken",
         "unread",
         "up_to",
@@ -91,6 +92,9 @@ class Attempt:
         self.ghost = False
         self.woken = True  # True while the attempt runs: nobody needs to wake it
         self.event: Wakeup | None = None
+        # When the attempt last started waiting (``time.monotonic()``): the queue's time
+        # blocked counts it while it waits.
+        self.since = 0.0
         self.error: BaseException | None = None
         self.items: list[Any] = []
         self.pos = 0

@@ -29,6 +29,7 @@ import contextlib
 import itertools
 import sys
 from collections import deque
+from time import monotonic as _monotonic
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, SupportsIndex
 
 import anyio
@@ -132,6 +133,9 @@ class QueueBase(QueueCheckpointing, BatchedDequeue, SharedResource, Generic[Elem
         self._peak = 0
         self._total_in = 0
         self._total_out = 0
+        # Seconds blocked by attempts that finished waiting, on each side.
+        self._blocked_in = 0.0
+        self._blocked_out = 0.0
         # Reader records in the elements are saved as references (see RecordRefs).
         refs = as_record_refs(record_refs)
         self._refs = None if refs is None else RefLayout(refs, self._codec, self.name)
@@ -193,7 +197,16 @@ class QueueBase(QueueCheckpointing, BatchedDequeue, SharedResource, Generic[Elem
             peak_size=self._peak,
             total_enqueued=self._total_in,
             total_dequeued=self._total_out,
+            seconds_blocked_enqueue=self._seconds_blocked(self._enqueuers, self._blocked_in),
+            seconds_blocked_dequeue=self._seconds_blocked(self._dequeuers, self._blocked_out),
         )
+
+    def _seconds_blocked(self, side: deque[Attempt], done: float) -> float:
+        """Seconds ``side``'s attempts have waited: ``done`` plus those waiting now."""
+        if side:
+            now = _monotonic()
+            done += sum(now - w.since for w in side if w.since)
+        return done
 
     def _blocked(self) -> tuple[int, int]:
         """Return how many enqueue-side and dequeue-side attempts are blocked right now.
@@ -296,13 +309,23 @@ class QueueBase(QueueCheckpointing, BatchedDequeue, SharedResource, Generic[Elem
     async def _wait(self, w: Attempt) -> None:
         event = w.event = new_wakeup()
         w.woken = False
-        stage = current_stage()
-        if stage is None:
-            await event.wait()
-            return
-        # A stage task blocked here holds nothing but ``w``: a checkpoint may be taken.
-        with stage.blocked(self, w, dequeue=w.kind in (SINGLE, BATCH)):
-            await event.wait()
+        # Time blocked is measured per wait, never per element: two clock reads beside a
+        # wakeup and a task switch.
+        w.since = since = _monotonic()
+        try:
+            stage = current_stage()
+            if stage is None:
+                await event.wait()
+                return
+            # A stage task blocked here holds nothing but ``w``: a checkpoint may be taken.
+            with stage.blocked(self, w, dequeue=w.kind in (SINGLE, BATCH)):
+                await event.wait()
+        finally:
+            w.since = 0.0
+            if w.kind >= SINGLE:  # dequeues (SINGLE, BATCH); REREAD never waits
+                self._blocked_out += _monotonic() - since
+            else:
+                self._blocked_in += _monotonic() - since
 
     def _enqueue_waits(self, count: int) -> bool:
         """Whether an enqueue of ``count`` elements would wait for room right now."""

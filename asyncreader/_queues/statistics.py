@@ -20,6 +20,11 @@ class QueueStatistics:
         peak_size: The largest ``size`` seen so far.
         total_enqueued: Elements inserted so far.
         total_dequeued: Elements delivered to dequeuers so far.
+        seconds_blocked_enqueue: Seconds that enqueue-side attempts have spent blocked so
+            far, summed over attempts (those blocked now count up to now): its rate is the
+            average number of tasks waiting for room.
+        seconds_blocked_dequeue: The same for dequeue-side attempts: its rate is the
+            average number of tasks waiting for elements.
     """
 
     size: int
@@ -30,3 +35,5 @@ class QueueStatistics:
     peak_size: int
     total_enqueued: int
     total_dequeued: int
+    seconds_blocked_enqueue: float = 0.0
+    seconds_blocked_dequeue: float = 0.0

@@ -105,3 +105,44 @@ async def test_shutdown_closes_the_listener(serve: Any, text_file: str) -> None:
             tg.cancel_scope.cancel()
     with pytest.raises(OSError, match=r"(?i)connect|refused"):
         await anyio.connect_tcp("127.0.0.1", port)
+
+
+async def raw_get(port: int, path: str) -> tuple[int, dict[str, str], bytes]:
+    """GET ``path``; return the status, the headers (lower-case names) and the raw body."""
+    async with await anyio.connect_tcp("127.0.0.1", port) as stream:
+        await stream.send(f"GET {path} HTTP/1.1\r\nHost: test\r\n\r\n".encode())
+        answer = b""
+        with anyio.fail_after(10):
+            try:
+                while True:
+                    answer += await stream.receive()
+            except anyio.EndOfStream:
+                pass
+    head, body = answer.split(b"\r\n\r\n", 1)
+    status_line, *lines = head.decode("latin-1").split("\r\n")
+    headers = {k.lower(): v for k, v in (line.split(": ", 1) for line in lines)}
+    assert int(headers["content-length"]) == len(body)
+    return int(status_line.split()[1]), headers, body
+
+
+async def test_the_service_exposes_its_pipeline_metrics_and_page(
+    serve: Any, text_file: str
+) -> None:
+    pytest.importorskip("prometheus_client", reason="needs asyncreader[metrics]")
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tg:
+            port = await tg.start(serve, [text_file], "127.0.0.1", 0)
+            for _ in range(3):
+                assert (await get(port, "/next"))[0] == 200
+            status, headers, body = await raw_get(port, "/metrics")
+            assert status == 200
+            assert headers["content-type"].startswith("text/plain; version=0.0.4")
+            assert b'asyncreader_reader_records_total{stage="lines"} 3.0' in body
+            status, headers, body = await raw_get(port, "/pipeline/")
+            assert (status, headers["content-type"]) == (200, "text/html; charset=utf-8")
+            assert b"asyncreader pipeline" in body
+            status, _, body = await raw_get(port, "/pipeline/stages")
+            assert status == 200
+            reader = next(s for s in json.loads(body)["stages"] if s["kind"] == "reader")
+            assert (reader["name"], reader["records_total"]) == ("lines", 3)
+            tg.cancel_scope.cancel()

@@ -130,3 +130,58 @@ async def test_peak_counts_elements_put_back_after_a_refill() -> None:
     assert stats.peak_size == 4
     assert (stats.total_enqueued, stats.total_dequeued) == (4, 0)
     assert await q.dequeue_many(4) == [1, 2, 3, 4]
+
+
+class _Clock:
+    """A stand-in for the queues' clock: ``monotonic()`` moves when told."""
+
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def monotonic(self) -> float:
+        return self.now
+
+
+@pytest.mark.both_backends
+async def test_seconds_blocked_count_waits_on_each_side_and_never_go_back(
+    kind: tuple[Callable[[int], QueueBase], Callable[[int], Any]],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from asyncreader._queues import base
+
+    clock = _Clock()
+    monkeypatch.setattr(base, "_monotonic", clock.monotonic)
+    build, element = kind
+    q = build(1)
+    seen: list[float] = []
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(q.dequeue)
+            tg.start_soon(q.dequeue)
+            await anyio.wait_all_tasks_blocked()
+            clock.now += 2.0
+            # Two dequeues blocked for 2 s each, counted while they still wait.
+            stats = q.statistics()
+            assert (stats.seconds_blocked_dequeue, stats.seconds_blocked_enqueue) == (4.0, 0.0)
+            seen.append(stats.seconds_blocked_dequeue)
+            await q.enqueue(element(0))
+            # Woken but not yet run: still counted, so the total does not drop.
+            seen.append(q.statistics().seconds_blocked_dequeue)
+            await anyio.wait_all_tasks_blocked()
+            clock.now += 1.0
+            seen.append(q.statistics().seconds_blocked_dequeue)
+            await q.enqueue(element(1))
+        clock.now += 10.0  # nobody waits: the totals stay
+        stats = q.statistics()
+        assert stats.seconds_blocked_dequeue == 5.0  # 2 + (2 + 1)
+        seen.append(stats.seconds_blocked_dequeue)
+        assert seen == sorted(seen)
+        await q.enqueue(element(2))
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(q.enqueue, element(3))
+            await anyio.wait_all_tasks_blocked()
+            clock.now += 0.5
+            assert q.statistics().seconds_blocked_enqueue == 0.5
+            await q.dequeue()
+        assert q.statistics().seconds_blocked_enqueue == 0.5
+        assert q.statistics().seconds_blocked_dequeue == 5.0
