@@ -156,6 +156,11 @@ class QueueHost:
         q = self._queue
         return q.size(), q.is_closed(), q.statistics()
 
+    def stage(self) -> Any:
+        """Return the hosted queue's :class:`~asyncreader.StageStatistics`: its state and
+        the callers blocked in it, from every process of the job."""
+        return self._queue._stage_statistics()
+
     async def ping(self) -> int:
         """Answer (the client's liveness check); return the actor's process id."""
         return os.getpid()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import itertools
 import uuid
 from typing import TYPE_CHECKING, Any
@@ -27,6 +28,7 @@ from .rank import Anchor, Heartbeat, LeaseClient, unknown_keys
 if TYPE_CHECKING:
     from .._queues.statistics import QueueStatistics
     from .._readers.work import LeasedWork
+    from .._runtime.stages import StageStatistics
     from .cluster import RayCluster
 
 __all__ = ["RayBackend", "RemoteQueue"]
@@ -159,6 +161,20 @@ class RayBackend:
         queue = RemoteQueue(self, actor, name, container, have)
         self._queues[key] = queue
         return queue
+
+    async def shared_stage_statistics(self) -> list[StageStatistics]:
+        """Return the stage statistics of every shared queue this process uses, taken
+        concurrently (``Session.shared_stage_statistics``)."""
+        queues = [q for q in self._queues.values() if not q._detached]
+        found: list[StageStatistics | None] = [None] * len(queues)
+
+        async def one(i: int, queue: RemoteQueue) -> None:
+            found[i] = await queue.stage_statistics()
+
+        async with anyio.create_task_group() as tg:
+            for i, queue in enumerate(queues):
+                tg.start_soon(one, i, queue)
+        return [stage for stage in found if stage is not None]
 
     async def ack(self, keys: list[bytes]) -> None:
         """Acknowledge the records ``keys`` (see ``Session.ack``): one call per leasing queue.
@@ -355,6 +371,17 @@ class RemoteQueue:
     def statistics(self) -> QueueStatistics:
         """Return a snapshot of the hosted queue's state (one short blocking round trip)."""
         return self._info()[2]
+
+    async def stage_statistics(self) -> StageStatistics:
+        """Return the hosted queue's stage statistics (one actor call, awaited).
+
+        The stage is named ``shared:<shared_name>``; its blocked tasks are the callers
+        of every process of the job waiting in the queue.
+        """
+        stage: StageStatistics = await self._backend._wait(
+            self._actor.stage.remote(), self.name, self._actor
+        )
+        return dataclasses.replace(stage, name=f"shared:{self.name}")
 
     def __repr__(self) -> str:
         return f"<RemoteQueue {self.kind} {self.name!r} container={self.container!r}>"

@@ -66,9 +66,8 @@ def metrics_app(session: Session) -> ASGIApp:
     sampler = Sampler(session)
     page = _PAGE
 
-    def snapshot() -> dict[str, Any]:
-        taken = sampler()
-        return taken if taken is not None else {"time": None, "stages": []}
+    async def snapshot() -> dict[str, Any]:
+        return await sampler.take()
 
     async def app(scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
@@ -94,10 +93,10 @@ def metrics_app(session: Session) -> ASGIApp:
         elif path == "/":
             content_type, body = "text/html; charset=utf-8", page
         elif path == "/metrics":
-            content_type, body = CONTENT_TYPE, render(snapshot()["stages"])
+            content_type, body = CONTENT_TYPE, render((await snapshot())["stages"])
         else:
             content_type = "application/json"
-            body = json.dumps(snapshot()).encode()
+            body = json.dumps(await snapshot()).encode()
         headers = [
             (b"content-type", content_type.encode()),
             (b"content-length", str(len(body)).encode()),

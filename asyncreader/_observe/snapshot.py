@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import anyio.from_thread
 import anyio.lowlevel
+import anyio.to_thread
 
 from .._queues.statistics import QueueStatistics
 from .._readers.base import ReaderStatistics
@@ -23,7 +24,7 @@ if TYPE_CHECKING:
     from .._runtime.session import Session
     from .._runtime.stages import StageStatistics
 
-__all__ = ["Sampler", "sample", "stage_row"]
+__all__ = ["Sampler", "asample", "sample", "stage_row"]
 
 
 def stage_row(stage: StageStatistics) -> dict[str, Any]:
@@ -85,13 +86,26 @@ def sample(session: Session) -> dict[str, Any]:
     return {"time": time.monotonic(), "stages": [stage_row(s) for s in stages]}
 
 
+async def asample(session: Session) -> dict[str, Any]:
+    """:func:`sample`, plus the shared queues of a scale-out job (``Session(cluster=...)``).
+
+    Their rows (``shared:<shared_name>``) come from the queues' actors, one call each,
+    awaited: the job's size, counters and blocked callers of every process.
+    """
+    taken = sample(session)
+    shared = await session.shared_stage_statistics()
+    taken["stages"] += [stage_row(s) for s in shared]
+    return taken
+
+
 class Sampler:
     """Take :func:`sample` of a session from any thread.
 
-    Built in the session's event loop. Called in that loop's thread, it samples at once;
-    called from another thread (a Prometheus client's HTTP server, OpenTelemetry's export
-    thread), it runs the sample in the loop and waits for it, since the stages may only be
-    read there. Once the loop has ended it returns ``None``.
+    Built in the session's event loop. Called in that loop's thread, it samples at once
+    (the local stages only: a shared queue's actor cannot be awaited there; async callers
+    use :meth:`take`); called from another thread (a Prometheus client's HTTP server,
+    OpenTelemetry's export thread), it runs :func:`asample` in the loop and waits for it,
+    since the stages may only be read there. Once the loop has ended it returns ``None``.
     """
 
     def __init__(self, session: Session) -> None:
@@ -103,6 +117,18 @@ class Sampler:
         if threading.get_ident() == self._thread:
             return sample(self._session)
         try:
-            return anyio.from_thread.run_sync(sample, self._session, token=self._token)
+            return anyio.from_thread.run(asample, self._session, token=self._token)
         except RuntimeError:  # the loop has ended (trio's RunFinishedError is one too)
             return None
+
+    async def take(self) -> dict[str, Any]:
+        """Return :func:`asample` of the session, from any event loop.
+
+        In the session's own loop it awaits the sample; in another loop (an app served
+        from its own thread) it waits on a worker thread for the session's loop to take
+        it. An empty sample once the session's loop has ended.
+        """
+        if threading.get_ident() == self._thread:
+            return await asample(self._session)
+        taken = await anyio.to_thread.run_sync(self)
+        return taken if taken is not None else {"time": None, "stages": []}

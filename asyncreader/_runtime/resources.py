@@ -28,6 +28,8 @@ from . import context
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
 
+    from .stages import StageStatistics
+
 __all__ = [
     "DEFAULT_CONTAINER",
     "ResourceMgr",
@@ -106,6 +108,10 @@ class SharedBackend(Protocol):
 
     async def ack(self, keys: list[bytes]) -> None:
         """Acknowledge the records ``keys`` as consumed (``Session.ack``)."""
+        ...
+
+    async def shared_stage_statistics(self) -> list[StageStatistics]:
+        """The shared queues' stage statistics (``Session.shared_stage_statistics``)."""
         ...
 
 

@@ -585,6 +585,23 @@ class Session:
         runners = list(self.coord._runners.values())
         return tuple(stages.collect([r for r in resources if r is not None], runners))
 
+    async def shared_stage_statistics(self) -> tuple[StageStatistics, ...]:
+        """Return the stage statistics of the shared queues this process uses.
+
+        In a Session with a ``cluster=``, one :class:`~asyncreader.StageStatistics` per
+        queue built with ``shared_name=`` in it, named ``shared:<shared_name>`` and taken
+        from the queue's actor (one call per queue, concurrently): its size, capacity and
+        counters are the job's, and its blocked tasks those of every process. Without a
+        cluster, an empty tuple. The metrics endpoints add these to
+        :meth:`stage_statistics`.
+
+        Raises:
+            FailedPreconditionError: a queue's actor is gone or does not answer.
+        """
+        if self._backend is None:
+            return ()
+        return tuple(await self._backend.shared_stage_statistics())
+
     def __repr__(self) -> str:
         state = "closed" if self._closed else ("running" if self._entered else "idle")
         return (

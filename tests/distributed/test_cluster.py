@@ -100,6 +100,9 @@ class FakeBackend:
     async def ack(self, keys: list[bytes]) -> None:
         self.events.append(f"ack {keys}")
 
+    async def shared_stage_statistics(self) -> list[Any]:
+        return []
+
 
 class FakeCluster:
     def __init__(self) -> None:
