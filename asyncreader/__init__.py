@@ -84,6 +84,7 @@ from ._errors import (
 )
 from ._io.executor import set_io_threads as set_io_threads
 from ._io.filesystem import set_remote_timeouts as set_remote_timeouts
+from ._io.remote import set_remote_reading as set_remote_reading
 
 # --- pipeline ---
 from ._pipeline.batcher import (
@@ -236,6 +237,7 @@ __all__ = [
     "RemoteQueue",
     "SessionStatistics",
     "set_io_threads",
+    "set_remote_reading",
     "set_remote_timeouts",
     "shuffle_batch",
     "shuffle_batch_join",
