@@ -33,7 +33,8 @@ from .._errors import (
     NotFoundError,
     map_io_errors,
 )
-from .remote import RangeFile, remote_reading
+from .obstore_client import obstore_client
+from .remote import FsspecClient, RangeFile, RemoteClient, remote_reading
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -391,8 +392,14 @@ def _open_url(url: str, name: str | bytes) -> RandomAccessFile:
                 ) from exc
             if getattr(fs, "async_impl", False):
                 # Object stores and web servers: concurrent range requests ahead of the
-                # reader, with timeouts and retries (see asyncreader._io.remote).
-                ranged = RangeFile(fs, path, name, remote_reading(scheme_name))
+                # reader, with timeouts and retries (see asyncreader._io.remote); s3://
+                # through obstore when it is installed (measured faster).
+                client: RemoteClient | None = None
+                if scheme_name in ("s3", "s3a"):
+                    client = obstore_client(url)
+                if client is None:
+                    client = FsspecClient(fs, path)
+                ranged = RangeFile(client, name, remote_reading(scheme_name))
                 if ranged.size is not None:
                     return ranged
                 ranged.close()  # no size (a stream): read it in order below

@@ -9,9 +9,10 @@ fsspec's own event loop, ahead of the reader, in a window bounded in bytes:
 * fetched bytes not yet read, and the bytes of requests in flight, stay within
   :attr:`RemoteReading.read_ahead` (the bytes a read asks for always come first), so
   memory is bounded by the window whatever the file's size;
-* the window opens as the file is read in order (twice the bytes read so far since the
-  last seek), so a seek followed by a short read (records read again by key) fetches
-  little more than it asked for.
+* a file read from its start is read ahead by the whole window at once; after a seek the
+  window opens as the file is read in order (twice the bytes read since the seek), so a
+  seek followed by a short read (records read again by key) fetches little more than it
+  asked for.
 
 So one reader is not bound to the latency of one request: with the default window
 (64 MiB, 8 requests) a link of 50 ms per request still streams 8 parts at a time.
@@ -42,7 +43,7 @@ import threading
 import time
 from collections import deque
 from concurrent.futures import CancelledError as FutureCancelled
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from .._errors import (
     AsyncReaderError,
@@ -62,7 +63,9 @@ __all__ = [
     "DEFAULT_READ_AHEAD",
     "DEFAULT_REQUEST_TIMEOUT",
     "DEFAULT_RETRY_BUDGET",
+    "FsspecClient",
     "RangeFile",
+    "RemoteClient",
     "RemoteReading",
     "remote_reading",
     "set_remote_reading",
@@ -254,6 +257,56 @@ class _Part:
         self.future = future
 
 
+class RemoteClient(Protocol):
+    """How a :class:`RangeFile` asks for one file's size and byte ranges.
+
+    ``setup`` returns the client's one-time set-up to await on ``loop`` first, if any;
+    ``size`` and ``get`` are coroutines run on ``loop`` (one attempt each: the range file
+    retries them); ``get`` returns a bytes-like object of ``end - start``
+    bytes, fewer only where the file ends.
+    """
+
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop: ...
+
+    def setup(self) -> Awaitable[Any] | None: ...
+
+    async def size(self) -> int | None: ...
+
+    async def get(self, start: int, end: int) -> Any: ...
+
+
+class FsspecClient:
+    """A file of an fsspec filesystem with an asynchronous implementation (s3fs, HTTP)."""
+
+    __slots__ = ("_fs", "_path")
+
+    def __init__(self, fs: Any, path: str) -> None:
+        self._fs = fs
+        self._path = path
+
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop:
+        loop: asyncio.AbstractEventLoop = self._fs.loop
+        return loop
+
+    def setup(self) -> Awaitable[Any] | None:
+        set_session = getattr(self._fs, "set_session", None)
+        if asyncio.iscoroutinefunction(set_session):
+            # The client's one-time set-up (botocore reads its config files), before any
+            # request, run as fsspec itself runs it (the file blocks on it in any case).
+            setup: Awaitable[Any] = set_session()
+            return setup
+        return None
+
+    async def size(self) -> int | None:
+        size = (await self._fs._info(self._path)).get("size")
+        return size if isinstance(size, int) else None
+
+    async def get(self, start: int, end: int) -> Any:
+        return await self._fs._cat_file(self._path, start=start, end=end)
+
+
 class RangeFile:
     """A remote file read by concurrent range requests ahead of the reader.
 
@@ -262,54 +315,45 @@ class RangeFile:
     thread-safe: one caller at a time (a reader's worker-thread hops).
 
     Args:
-        fs: An fsspec filesystem with an asynchronous implementation.
-        path: The file's path on ``fs``.
+        client: Asks for the file's size and byte ranges.
         name: The work item, for errors.
         settings: Read-ahead window, concurrency, timeout and retry budget.
     """
 
     __slots__ = (
+        "_client",
         "_closed",
-        "_fs",
         "_loop",
         "_name",
         "_next",
         "_parts",
-        "_path",
         "_pos",
         "_settings",
         "_streak",
         "size",
     )
 
-    def __init__(self, fs: Any, path: str, name: str | bytes, settings: RemoteReading) -> None:
-        self._fs = fs
-        self._path = path
+    def __init__(self, client: RemoteClient, name: str | bytes, settings: RemoteReading) -> None:
+        self._client = client
         self._name = name
         self._settings = settings
-        self._loop: asyncio.AbstractEventLoop = fs.loop
+        self._loop = client.loop
         self._parts: deque[_Part] = deque()
         self._pos = 0  # where the next read starts
         self._next = 0  # where the next range request starts
         self._streak = 0  # bytes read in order since the last seek
         self._closed = False
-        set_session = getattr(fs, "set_session", None)
-        if asyncio.iscoroutinefunction(set_session):
-            # The client's one-time set-up (botocore reads its config files) before any
-            # request, on fsspec's loop as fsspec itself does it.
+        setup = client.setup()
+        if setup is not None:
             with map_io_errors(name):
-                self._submit(set_session()).result()
-        info = self._wait(self._submit(self._info()), 0)
-        size = info.get("size")
-        self.size: int | None = size if isinstance(size, int) else None
+                self._submit(setup).result()
+        self.size: int | None = self._wait(self._submit(self._size()), 0)
 
-    # -- on fsspec's loop --------------------------------------------------------------
+    # -- on the client's loop ----------------------------------------------------------
 
-    async def _info(self) -> dict[str, Any]:
-        info: dict[str, Any] = await self._retrying(
-            lambda: self._fs._info(self._path), "opening", 0
-        )
-        return info
+    async def _size(self) -> int | None:
+        size: int | None = await self._retrying(self._client.size, "opening", 0)
+        return size
 
     async def _retrying(self, attempt: Callable[[], Awaitable[Any]], doing: str, at: int) -> Any:
         """Await ``attempt()`` under the timeout, retried within the budget."""
@@ -347,11 +391,7 @@ class RangeFile:
         pieces: list[bytes] = []
         at = start
         while at < end:
-            data = await self._retrying(
-                functools.partial(self._fs._cat_file, self._path, start=at, end=end),
-                "reading",
-                at,
-            )
+            data = await self._retrying(functools.partial(self._client.get, at, end), "reading", at)
             if len(data) > end - at:
                 raise FailedPreconditionError(
                     f"the server answered a request for bytes {at}-{end - 1} with "
@@ -390,7 +430,10 @@ class RangeFile:
         assert size is not None
         settings = self._settings
         window = settings.read_ahead
-        target = min(size, max(need, self._pos + min(window, 2 * self._streak)))
+        # A file read from its start streams: the whole window at once. After a seek
+        # (a restore, records read again by key) the window opens as reads go on in order.
+        ahead = window if self._streak == self._pos else min(window, 2 * self._streak)
+        target = min(size, max(need, self._pos + ahead))
         part = settings.part_size
         parts = self._parts
         in_flight = sum(1 for p in parts if not p.future.done())

@@ -7,8 +7,9 @@ once (a ledger), the read continuing at the exact byte. Past the retry budget th
 fails with ``FailedPreconditionError`` naming the file and byte offset, which the error
 policy can skip; a read of a hung server is cancelled promptly.
 
-The storage client's own retries (botocore's) are turned off here, so that the faults
-reach the layer under test instead of being hidden below it.
+Each test runs with both clients of the range requests: obstore (``asyncreader[obstore]``)
+and s3fs. The storage clients' own retries are turned off here (obstore's always are), so
+that the faults reach the layer under test instead of being hidden below it.
 """
 
 from __future__ import annotations
@@ -73,8 +74,22 @@ def server() -> Iterator[tuple[str, int]]:
         proc.wait(timeout=10)
 
 
+@pytest.fixture(params=["obstore", "s3fs"])
+def client(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Run each test with both clients of ``s3://`` range requests."""
+    from asyncreader._io import obstore_client
+
+    if request.param == "obstore":
+        pytest.importorskip("obstore", reason="obstore (asyncreader[obstore]) is not installed")
+    monkeypatch.setattr(obstore_client, "ENABLED", request.param == "obstore")
+    obstore_client.forget_stores()
+    return str(request.param)
+
+
 @pytest.fixture
-def proxy(server: tuple[str, int], monkeypatch: pytest.MonkeyPatch) -> Iterator[FaultProxy]:
+def proxy(
+    server: tuple[str, int], client: str, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[FaultProxy]:
     """A fault proxy in front of the server, with ``s3://`` pointed at it, small read-ahead
     parts (256 KiB, so a file takes several requests), small reader blocks and a short
     retry budget."""
@@ -100,6 +115,9 @@ def proxy(server: tuple[str, int], monkeypatch: pytest.MonkeyPatch) -> Iterator[
         ar.set_remote_reading()
         proxy.close()
         s3fs.S3FileSystem.clear_instance_cache()
+        from asyncreader._io import obstore_client
+
+        obstore_client.forget_stores()
 
 
 def _urls() -> list[str]:
@@ -277,3 +295,19 @@ async def test_a_read_from_a_hung_server_is_cancelled_promptly(proxy: FaultProxy
             await reader.read_batch(queue, 100)
         assert time.monotonic() - start < 2
         proxy.delay = 0.0
+
+
+def test_range_requests_go_through_the_chosen_client(proxy: FaultProxy, client: str) -> None:
+    from asyncreader._io.filesystem import open_work_item
+    from asyncreader._io.remote import RangeFile
+
+    f = open_work_item(_urls()[0])
+    try:
+        assert isinstance(f, RangeFile)
+        assert (
+            type(f._client).__name__ == {"obstore": "ObstoreClient", "s3fs": "FsspecClient"}[client]
+        )
+        assert f.size == len(tfrecord_bytes(PAYLOADS[0]))
+        assert f.read(20) == tfrecord_bytes(PAYLOADS[0])[:20]
+    finally:
+        f.close()
