@@ -155,7 +155,8 @@ def set_remote_reading(
     with exponential backoff, up to ``max_attempts`` attempts in a row and
     ``retry_budget`` seconds from the first failure; then the read fails with
     :class:`~asyncreader.FailedPreconditionError` naming the file and byte offset.
-    Calling it without arguments restores the defaults.
+    Calling it without arguments restores the defaults everywhere (per-scheme settings
+    included).
 
     Args:
         scheme: Apply to this URL scheme only (``"s3"``, ``"https"``, …); ``None``: to

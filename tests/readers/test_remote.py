@@ -311,3 +311,30 @@ def test_remote_timeouts_are_checked() -> None:
         assert remote_timeouts() == (None, 5.0)
     finally:
         ar.set_remote_timeouts()
+
+
+def test_remote_reading_settings_are_checked_and_per_scheme() -> None:
+    from asyncreader._io.remote import RemoteReading, remote_reading
+
+    with pytest.raises(ar.InvalidArgumentError, match="read_ahead"):
+        ar.set_remote_reading(read_ahead=-1)
+    with pytest.raises(ar.InvalidArgumentError, match="concurrency"):
+        ar.set_remote_reading(concurrency=0)
+    with pytest.raises(ar.InvalidArgumentError, match="request_timeout"):
+        ar.set_remote_reading(request_timeout=0)
+    with pytest.raises(ar.InvalidArgumentError, match="max_attempts"):
+        ar.set_remote_reading(max_attempts=True)  # type: ignore[arg-type]
+    with pytest.raises(ar.InvalidArgumentError, match="scheme"):
+        ar.set_remote_reading(scheme="")
+    assert remote_reading("s3") == RemoteReading()
+    try:
+        ar.set_remote_reading(scheme="S3", read_ahead=8 << 20, concurrency=2)
+        assert remote_reading("s3").read_ahead == 8 << 20
+        assert remote_reading("s3").part_size == 4 << 20
+        assert remote_reading("https") == RemoteReading()
+        ar.set_remote_reading(retry_budget=5)
+        assert remote_reading("https").retry_budget == 5
+        assert remote_reading("s3").retry_budget == RemoteReading().retry_budget
+    finally:
+        ar.set_remote_reading()  # the defaults everywhere, per-scheme settings dropped
+    assert remote_reading("s3") == RemoteReading()
