@@ -323,7 +323,7 @@ def test_remote_reading_settings_are_checked_and_per_scheme() -> None:
     with pytest.raises(ar.InvalidArgumentError, match="request_timeout"):
         ar.set_remote_reading(request_timeout=0)
     with pytest.raises(ar.InvalidArgumentError, match="max_attempts"):
-        ar.set_remote_reading(max_attempts=True)  # type: ignore[arg-type]
+        ar.set_remote_reading(max_attempts=True)
     with pytest.raises(ar.InvalidArgumentError, match="scheme"):
         ar.set_remote_reading(scheme="")
     assert remote_reading("s3") == RemoteReading()
