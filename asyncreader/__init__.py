@@ -86,6 +86,7 @@ from ._errors import (
 )
 from ._io.executor import set_io_threads as set_io_threads
 from ._io.filesystem import set_remote_timeouts as set_remote_timeouts
+from ._io.remote import set_remote_reading as set_remote_reading
 from ._observe import PrometheusCollector as PrometheusCollector
 from ._observe import instrument_opentelemetry as instrument_opentelemetry
 from ._observe import metrics_app as metrics_app
@@ -259,6 +260,7 @@ __all__ = [
     "serve_metrics",
     "SessionStatistics",
     "set_io_threads",
+    "set_remote_reading",
     "set_remote_timeouts",
     "shuffle_batch",
     "shuffle_batch_join",

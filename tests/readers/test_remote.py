@@ -189,10 +189,12 @@ class _SilentServer:
 @pytest.fixture
 def short_timeouts() -> Iterator[None]:
     ar.set_remote_timeouts(connect=1.0, read=0.5)
+    ar.set_remote_reading(request_timeout=2.0, retry_budget=1.0, max_attempts=2)
     try:
         yield
     finally:
         ar.set_remote_timeouts()
+        ar.set_remote_reading()
 
 
 @pytest.mark.both_backends
@@ -203,7 +205,9 @@ async def test_http_server_that_never_answers_fails_the_open_with_the_url() -> N
         async with ar.TextLineReader() as reader:
             start = time.monotonic()
             with anyio.fail_after(10):
-                with pytest.raises(ar.FailedPreconditionError, match="timed out opening") as info:
+                with pytest.raises(
+                    ar.FailedPreconditionError, match=r"gave up opening.*timed out"
+                ) as info:
                     await reader.read(await work_queue([server.url]))
             assert time.monotonic() - start < 5
             assert info.value.work_item == server.url.encode()
@@ -220,7 +224,9 @@ async def test_http_read_the_server_never_answers_fails_with_the_url() -> None:
     try:
         async with ar.TextLineReader() as reader:
             with anyio.fail_after(10):
-                with pytest.raises(ar.FailedPreconditionError, match="timed out reading") as info:
+                with pytest.raises(
+                    ar.FailedPreconditionError, match=r"gave up reading.*timed out"
+                ) as info:
                     await reader.read(await work_queue([server.url]))
             assert info.value.work_item == server.url.encode()
             assert info.value.offset == 0
@@ -229,8 +235,13 @@ async def test_http_read_the_server_never_answers_fails_with_the_url() -> None:
 
 
 @pytest.mark.both_backends
-async def test_cancelling_a_read_from_a_silent_server_returns_promptly() -> None:
-    # Default timeouts (a minute): only the cancellation can end this read in time.
+async def test_cancelling_a_read_from_a_silent_server_returns_promptly(
+    request: pytest.FixtureRequest,
+) -> None:
+    # Default timeouts (a minute): only the cancellation can end this read in time; a
+    # short retry budget lets the abandoned thread end soon after the server is gone.
+    ar.set_remote_reading(retry_budget=1.0)
+    request.addfinalizer(ar.set_remote_reading)
     server = _SilentServer(lifetime=10.0)
     try:
         async with ar.TextLineReader() as reader:
@@ -257,3 +268,30 @@ def test_remote_timeouts_are_checked() -> None:
         assert remote_timeouts() == (None, 5.0)
     finally:
         ar.set_remote_timeouts()
+
+
+def test_remote_reading_settings_are_checked_and_per_scheme() -> None:
+    from asyncreader._io.remote import RemoteReading, remote_reading
+
+    with pytest.raises(ar.InvalidArgumentError, match="read_ahead"):
+        ar.set_remote_reading(read_ahead=-1)
+    with pytest.raises(ar.InvalidArgumentError, match="concurrency"):
+        ar.set_remote_reading(concurrency=0)
+    with pytest.raises(ar.InvalidArgumentError, match="request_timeout"):
+        ar.set_remote_reading(request_timeout=0)
+    with pytest.raises(ar.InvalidArgumentError, match="max_attempts"):
+        ar.set_remote_reading(max_attempts=True)
+    with pytest.raises(ar.InvalidArgumentError, match="scheme"):
+        ar.set_remote_reading(scheme="")
+    assert remote_reading("s3") == RemoteReading()
+    try:
+        ar.set_remote_reading(scheme="S3", read_ahead=8 << 20, concurrency=2)
+        assert remote_reading("s3").read_ahead == 8 << 20
+        assert remote_reading("s3").part_size == 4 << 20
+        assert remote_reading("https") == RemoteReading()
+        ar.set_remote_reading(retry_budget=5)
+        assert remote_reading("https").retry_budget == 5
+        assert remote_reading("s3").retry_budget == RemoteReading().retry_budget
+    finally:
+        ar.set_remote_reading()  # the defaults everywhere, per-scheme settings dropped
+    assert remote_reading("s3") == RemoteReading()

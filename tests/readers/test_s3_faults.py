@@ -1,0 +1,313 @@
+"""Remote reads survive faults: ``s3://`` against moto's real S3 server through a
+fault-injecting proxy on loopback (:mod:`fault_proxy`).
+
+The server is slowed down, answers 503, resets connections part-way through a response,
+and is stopped and started again mid-file: every record of every file comes out exactly
+once (a ledger), the read continuing at the exact byte. Past the retry budget the read
+fails with ``FailedPreconditionError`` naming the file and byte offset, which the error
+policy can skip; a read of a hung server is cancelled promptly.
+
+Each test runs with both clients of the range requests: obstore (``asyncreader[obstore]``)
+and s3fs. The storage clients' own retries are turned off here (obstore's always are), so
+that the faults reach the layer under test instead of being hidden below it.
+"""
+
+from __future__ import annotations
+
+import random
+import subprocess
+import sys
+import threading
+import time
+from typing import TYPE_CHECKING
+
+import anyio
+import pytest
+from fault_proxy import FaultProxy
+from queue_util import work_queue
+from readers_util import free_port, tfrecord_bytes, wait_for_server
+
+import asyncreader as ar
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+    from asyncreader._readers.work import WorkQueue
+
+fsspec = pytest.importorskip("fsspec", reason="fsspec (asyncreader[s3]) is not installed")
+s3fs = pytest.importorskip("s3fs", reason="s3fs (asyncreader[s3]) is not installed")
+pytest.importorskip("moto.server", reason="moto[server] (the test extra) is not installed")
+
+pytestmark = [pytest.mark.anyio, pytest.mark.network]
+
+BUCKET = "asyncreader-faults"
+FILES = 4
+# Records of mixed sizes (up to ~6 KB): ~1.6 MB a file, several range requests each.
+PAYLOADS = [
+    [b"%d/%05d:" % (f, i) + bytes([65 + i % 26]) * ((i * 37) % 6000) for i in range(520)]
+    for f in range(FILES)
+]
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[tuple[str, int]]:
+    """moto's S3 server on a free loopback port with the test files; yields
+    ``(endpoint, port)``."""
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    endpoint = f"http://127.0.0.1:{port}"
+    wait_for_server(proc, port, "moto's S3 server", timeout=30)
+    try:
+        fs = s3fs.S3FileSystem(
+            endpoint_url=endpoint, key="test", secret="test", skip_instance_cache=True
+        )
+        fs.mkdir(BUCKET)
+        for f, payloads in enumerate(PAYLOADS):
+            fs.pipe(f"{BUCKET}/part-{f}.tfrecord", tfrecord_bytes(payloads))
+        yield endpoint, port
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+@pytest.fixture(params=["obstore", "s3fs"])
+def client(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Run each test with both clients of ``s3://`` range requests."""
+    from asyncreader._io import obstore_client
+
+    if request.param == "obstore":
+        pytest.importorskip("obstore", reason="obstore (asyncreader[obstore]) is not installed")
+    monkeypatch.setattr(obstore_client, "ENABLED", request.param == "obstore")
+    obstore_client.forget_stores()
+    return str(request.param)
+
+
+@pytest.fixture
+def proxy(
+    server: tuple[str, int], client: str, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[FaultProxy]:
+    """A fault proxy in front of the server, with ``s3://`` pointed at it, small read-ahead
+    parts (256 KiB, so a file takes several requests), small reader blocks and a short
+    retry budget."""
+    proxy = FaultProxy(server[1])
+    monkeypatch.setitem(
+        fsspec.config.conf,
+        "s3",
+        {
+            "endpoint_url": proxy.url,
+            "key": "test",
+            "secret": "test",
+            "config_kwargs": {"retries": {"total_max_attempts": 1}},
+        },
+    )
+    monkeypatch.setattr(s3fs.S3FileSystem, "retries", 1)
+    # Blocks of 128 KiB: a file is many reads, so faults land mid-file.
+    monkeypatch.setattr("asyncreader._readers.framed.READ_BLOCK", 128 << 10)
+    s3fs.S3FileSystem.clear_instance_cache()
+    ar.set_remote_reading(read_ahead=1 << 20, concurrency=4, request_timeout=2.0, retry_budget=8.0)
+    try:
+        yield proxy
+    finally:
+        ar.set_remote_reading()
+        proxy.close()
+        s3fs.S3FileSystem.clear_instance_cache()
+        from asyncreader._io import obstore_client
+
+        obstore_client.forget_stores()
+
+
+def _urls() -> list[str]:
+    return [f"s3://{BUCKET}/part-{f}.tfrecord" for f in range(FILES)]
+
+
+async def _ledger(reader: ar.TFRecordReader, urls: list[str]) -> dict[bytes, bytes]:
+    """Read every file with ``read_batch``; return each record by key, failing on a key
+    seen twice."""
+    return await _read_on(reader, await work_queue(urls), {})
+
+
+async def _read_on(
+    reader: ar.TFRecordReader, queue: WorkQueue, got: dict[bytes, bytes]
+) -> dict[bytes, bytes]:
+    """Add to ``got`` what ``reader`` reads from ``queue`` until its end."""
+    while True:
+        try:
+            batch = await reader.read_batch(queue, 300)
+        except ar.OutOfRangeError:
+            return got
+        for key, value in zip(batch.keys(), batch.tolist(), strict=True):
+            assert key not in got, f"record {key!r} delivered twice"
+            got[key] = value
+
+
+def _check_every_record_once(got: dict[bytes, bytes], files: range = range(FILES)) -> None:
+    """Every record of ``files`` is in ``got`` once, in its place; nothing else is."""
+    by_file: dict[str, list[tuple[int, bytes]]] = {}
+    for key, value in got.items():
+        url, _, offset = key.decode().rpartition(":")
+        by_file.setdefault(url, []).append((int(offset), value))
+    for f in files:
+        records = [v for _, v in sorted(by_file.pop(f"s3://{BUCKET}/part-{f}.tfrecord", []))]
+        assert len(records) == len(PAYLOADS[f]), f"file {f}: {len(records)} records"
+        assert records == PAYLOADS[f], f"file {f}: records lost, repeated or changed"
+    assert not by_file, f"records of other files: {sorted(by_file)}"
+
+
+@pytest.mark.both_backends
+async def test_ledger_every_record_once_under_mixed_faults(proxy: FaultProxy) -> None:
+    # 503s, connections reset mid-response and slow answers, spread over the whole read.
+    rng = random.Random(21)
+    stop = threading.Event()
+
+    def inject() -> None:
+        # One fault per few requests (not per time: a retry backing off must not meet
+        # a fault each time it comes back).
+        last = -10
+        while not stop.wait(0.01):
+            if proxy.requests < last + 3:
+                continue
+            last = proxy.requests
+            kind = rng.randrange(3)
+            if kind == 0:
+                proxy.fail_requests = 1
+            elif kind == 1:
+                proxy.reset_after = rng.randrange(1, 200_000)
+                proxy.reset_responses = 1
+            else:
+                proxy.delay, proxy.delay_requests = 0.2, 1
+
+    injector = threading.Thread(target=inject, daemon=True)
+    injector.start()
+    try:
+        with anyio.fail_after(50):
+            async with ar.TFRecordReader() as reader:
+                got = await _ledger(reader, _urls())
+    finally:
+        stop.set()
+        injector.join()
+    _check_every_record_once(got)
+    assert proxy.faults >= 5  # the faults really happened
+    assert reader.statistics().errors_skipped == 0
+
+
+@pytest.mark.both_backends
+async def test_503s_are_retried_and_the_read_goes_on(proxy: FaultProxy) -> None:
+    proxy.fail_requests = 3  # the size probe and the first range requests
+    with anyio.fail_after(30):
+        async with ar.TFRecordReader() as reader:
+            got = await _ledger(reader, _urls()[:1])
+    _check_every_record_once(got, range(1))
+    assert proxy.faults == 3
+
+
+@pytest.mark.both_backends
+async def test_connections_reset_mid_response_continue_at_the_exact_byte(
+    proxy: FaultProxy,
+) -> None:
+    proxy.reset_after = 100_003  # part-way through a record
+    proxy.reset_responses = 6
+    with anyio.fail_after(30):
+        async with ar.TFRecordReader() as reader:
+            got = await _ledger(reader, _urls()[:2])
+    _check_every_record_once(got, range(2))
+    assert proxy.faults == 6
+
+
+@pytest.mark.both_backends
+async def test_a_slow_answer_times_out_and_is_asked_again(proxy: FaultProxy) -> None:
+    ar.set_remote_reading(read_ahead=1 << 20, concurrency=4, request_timeout=0.5)
+    proxy.delay, proxy.delay_requests = 15.0, 2  # hung, far longer than the timeout
+    start = time.monotonic()
+    with anyio.fail_after(12):
+        async with ar.TFRecordReader() as reader:
+            got = await _ledger(reader, _urls()[:1])
+    _check_every_record_once(got, range(1))
+    assert time.monotonic() - start < 10
+
+
+@pytest.mark.both_backends
+async def test_server_stopped_and_started_again_mid_file(proxy: FaultProxy) -> None:
+    urls = _urls()[:2]
+    with anyio.fail_after(40):
+        async with ar.TFRecordReader() as reader:
+            queue = await work_queue(urls)
+            first = await reader.read_batch(queue, 100)  # mid-file
+            got = dict(zip(first.keys(), first.tolist(), strict=True))
+            proxy.stop()  # the server is gone: refused connections
+            threading.Timer(1.5, proxy.start).start()  # and back
+            await _read_on(reader, queue, got)
+    _check_every_record_once(got, range(2))
+
+
+@pytest.mark.both_backends
+async def test_past_the_budget_the_error_names_the_file_and_offset(
+    proxy: FaultProxy,
+) -> None:
+    ar.set_remote_reading(read_ahead=1 << 20, concurrency=4, retry_budget=1.0)
+    url = _urls()[0]
+    with anyio.fail_after(30):
+        async with ar.TFRecordReader() as reader:
+            queue = await work_queue([url])
+            first = await reader.read_batch(queue, 10)
+            assert len(first) == 10
+            proxy.stop()  # for good
+            got: dict[bytes, bytes] = {}
+            with pytest.raises(ar.FailedPreconditionError, match="gave up reading") as info:
+                await _read_on(reader, queue, got)
+    error = info.value
+    assert error.work_item == url.encode()
+    # The first byte not fetched: past every record delivered, before the file's end.
+    delivered = [int(k.rpartition(b":")[2]) for k in [*first.keys(), *got]]
+    assert error.offset is not None
+    assert max(delivered) < error.offset < len(tfrecord_bytes(PAYLOADS[0]))
+    assert url in str(error)
+    assert f"offset {error.offset}" in str(error)
+
+
+@pytest.mark.both_backends
+async def test_the_error_policy_skips_a_file_past_the_budget(proxy: FaultProxy) -> None:
+    ar.set_remote_reading(read_ahead=1 << 20, concurrency=4, retry_budget=0.5)
+    proxy.fail_match = b"part-0"  # the first file's server errors never end
+    urls = _urls()[:2]
+    with anyio.fail_after(30):
+        async with ar.TFRecordReader(on_error="skip") as reader:
+            got = await _ledger(reader, urls)
+            letters = reader.dead_letters
+    assert len(letters) == 1
+    assert isinstance(letters[0].error, ar.FailedPreconditionError)
+    assert letters[0].error.work_item == urls[0].encode()
+    assert letters[0].rest_of_work_item
+    _check_every_record_once(got, range(1, 2))
+
+
+@pytest.mark.both_backends
+async def test_a_read_from_a_hung_server_is_cancelled_promptly(proxy: FaultProxy) -> None:
+    ar.set_remote_reading(request_timeout=None, retry_budget=1.0)
+    async with ar.TFRecordReader() as reader:
+        queue = await work_queue(_urls()[:1])
+        proxy.delay = 30.0  # every request hangs
+        start = time.monotonic()
+        with anyio.move_on_after(0.5):
+            await reader.read_batch(queue, 100)
+        assert time.monotonic() - start < 2
+        proxy.delay = 0.0
+
+
+def test_range_requests_go_through_the_chosen_client(proxy: FaultProxy, client: str) -> None:
+    from asyncreader._io.filesystem import open_work_item
+    from asyncreader._io.remote import RangeFile
+
+    f = open_work_item(_urls()[0])
+    try:
+        assert isinstance(f, RangeFile)
+        assert (
+            type(f._client).__name__ == {"obstore": "ObstoreClient", "s3fs": "FsspecClient"}[client]
+        )
+        assert f.size == len(tfrecord_bytes(PAYLOADS[0]))
+        assert f.read(20) == tfrecord_bytes(PAYLOADS[0])[:20]
+    finally:
+        f.close()
