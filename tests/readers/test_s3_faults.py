@@ -25,7 +25,8 @@ import anyio
 import pytest
 from fault_proxy import FaultProxy
 from queue_util import work_queue
-from readers_util import free_port, tfrecord_bytes, wait_for_server
+from readers_util import tfrecord_bytes
+from servers_util import free_port, wait_for_server
 
 import asyncreader as ar
 
