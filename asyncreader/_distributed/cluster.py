@@ -59,8 +59,9 @@ class RayCluster:
             within ``connect_timeout`` instead of Ray's own retry loop.
         namespace: The Ray namespace of the job: the shared queues' actors are named in
             it, so two jobs with different namespaces never share a queue.
-        connect_timeout: Seconds the address check may take; also the bound on the
-            round trip that looks up or creates a shared queue.
+        connect_timeout: Seconds the address check may take; also the bound on joining
+            the job and on looking up or creating a shared queue (creating one starts a
+            Ray worker process for its actor: seconds on a busy machine).
         health_interval: Seconds a call to a shared queue waits before it checks that the
             queue's actor still answers (a check that takes as long again fails the call);
             a blocked ``dequeue`` waits as long as it must, checking at this interval.
@@ -83,7 +84,7 @@ class RayCluster:
         address: str | None = None,
         namespace: str = "asyncreader",
         *,
-        connect_timeout: float = 10.0,
+        connect_timeout: float = 30.0,
         health_interval: float = 5.0,
         lease_timeout: float = 60.0,
     ) -> None:

@@ -92,8 +92,14 @@ class RayBackend:
         # get_if_exists asks the cluster synchronously: not on the event loop.
         job_class = _actor_class(self._ray, JobHost).options(**options)
         job = await anyio.to_thread.run_sync(job_class.remote, self.world_size)
-        with anyio.fail_after(cluster.connect_timeout):
+        with anyio.move_on_after(cluster.connect_timeout) as joining:
             refused = await self._wait(job.enter.remote(self.rank, self.world_size), "job")
+        if joining.cancelled_caught:
+            # The job's actor may still be starting (Ray starts a worker process for it).
+            raise FailedPreconditionError(
+                f"cannot join the job in namespace {cluster.namespace!r}: its actor did not "
+                f"answer within connect_timeout ({cluster.connect_timeout:g} s)"
+            )
         if refused is not None:
             raise FailedPreconditionError(
                 f"cannot join the job in namespace {cluster.namespace!r}: {refused}"

@@ -273,3 +273,13 @@ async def test_delete_job_cleans_up_after_ranks_that_never_ended(
             break
         await anyio.sleep(0.05)
     assert ray_env.named_actors(namespace) == []
+
+
+async def test_a_job_that_does_not_answer_in_time_is_a_clear_error(namespace: str) -> None:
+    # Joining waits for the job's actor at most connect_timeout: past it, the library's own
+    # error naming the namespace, not a bare TimeoutError.
+    impatient = cluster(namespace, connect_timeout=1e-4)
+    with pytest.raises(ar.FailedPreconditionError, match="did not answer within connect_timeout"):
+        async with ar.Session(cluster=impatient, rank=0, world_size=1):
+            pass
+    await cluster(namespace).delete_job()
