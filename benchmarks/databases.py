@@ -11,6 +11,8 @@ the server at ``--postgres``, else one it starts from Debian's binaries as the t
 * ``plain``: the reference, keyset pagination of 2,048 rows a query (the readers' own
   ``fetch_rows``) with the driver alone: ``sqlite3`` on a worker thread, ``asyncpg``
   ``fetch``; rows as the driver's tuples or records, nothing else done with them;
+* ``plain + columns as arrays``: the same, each chunk then turned into column arrays
+  (text as one buffer and lengths): the least a columnar value format would cost;
 * ``read_batch``: the reader draining the table's 4 shards with ``read_batch(queue,
   2048)``: rows fetched, encoded as Examples, keys made;
 * ``+ parse_example``: the same, each batch decoded into column arrays.
@@ -101,7 +103,20 @@ def make_sqlite(path: Path, n: int) -> None:
     conn.close()
 
 
-def sqlite_plain(path: Path, table: str, columns: str) -> int:
+def as_columns(chunk: list[Any]) -> None:
+    """A chunk of rows as column arrays (text as one buffer and lengths), the least a
+    columnar value format would cost on top of the driver's rows (NULLs not handled)."""
+    for values in zip(*chunk):  # noqa: B905
+        first = values[0]
+        if isinstance(first, (str, bytes)):
+            texts = [v.encode() for v in values] if isinstance(first, str) else values
+            b"".join(texts)
+            np.fromiter(map(len, texts), dtype=np.int64, count=len(texts))
+        else:
+            np.array(values)
+
+
+def sqlite_plain(path: Path, table: str, columns: str, *, columnar: bool = False) -> int:
     conn = sqlite3.connect(f"{path.absolute().as_uri()}?mode=ro", uri=True)
     conn.text_factory = bytes
     seen, last = 0, -1
@@ -113,6 +128,8 @@ def sqlite_plain(path: Path, table: str, columns: str) -> int:
             ).fetchall()
             if not chunk:
                 return seen
+            if columnar:
+                as_columns(chunk)
             seen += len(chunk)
             last = chunk[-1][-1]
     finally:
@@ -164,7 +181,7 @@ async def make_postgres(url: str, n: int) -> None:
         await conn.close()
 
 
-async def postgres_plain(url: str, table: str, columns: str) -> int:
+async def postgres_plain(url: str, table: str, columns: str, *, columnar: bool = False) -> int:
     import asyncpg
 
     conn = await asyncpg.connect(url)
@@ -178,6 +195,8 @@ async def postgres_plain(url: str, table: str, columns: str) -> int:
             )
             if not chunk:
                 return seen
+            if columnar:
+                as_columns(chunk)
             seen += len(chunk)
             last = chunk[-1][-1]
     finally:
@@ -269,7 +288,7 @@ def formats(n: int) -> list[tuple[str, float, float]]:
 async def measure(
     kind: str,
     make: Callable[[], ar.ReaderBase],
-    plain: Callable[[str, str], Awaitable[int]],
+    plain: Callable[..., Awaitable[int]],
     source: str | Path,
     n: int,
 ) -> list[tuple[str, str, float, float]]:
@@ -278,6 +297,8 @@ async def measure(
         shards = await ar.table_shards(source, table, key="id", shards=SHARDS)
         base = await timed(functools.partial(plain, table, columns), n)
         out.append((f"{kind} {label}", "plain fetch", base, 1.0))
+        rate = await timed(functools.partial(plain, table, columns, columnar=True), n)
+        out.append((f"{kind} {label}", "plain + columns as arrays", rate, rate / base))
         for method, parse in (("read_batch", None), ("read_batch + parse_example", spec)):
             rate = await timed(functools.partial(reader_run, make, shards, parse), n)
             out.append((f"{kind} {label}", method, rate, rate / base))
@@ -291,8 +312,10 @@ async def run(args: argparse.Namespace) -> list[tuple[str, str, float, float]]:
         db = Path(tmp) / "bench.db"
         await anyio.to_thread.run_sync(make_sqlite, db, n)
 
-        async def sqlite_fetch(name: str, columns: str) -> int:
-            return await anyio.to_thread.run_sync(sqlite_plain, db, name, columns)
+        async def sqlite_fetch(name: str, columns: str, *, columnar: bool = False) -> int:
+            return await anyio.to_thread.run_sync(
+                functools.partial(sqlite_plain, db, name, columns, columnar=columnar)
+            )
 
         make = functools.partial(ar.SQLiteReader, db)
         table += await measure("SQLite", make, sqlite_fetch, db, n)
