@@ -88,7 +88,7 @@ class TableReader(ReaderBase):
 
     def _reset_item(self) -> None:
         self._shard: TableShard | None = None
-        self._encoder: RowEncoder | None = None
+        self._encoder: RowEncoder[str] | None = None
         self._prefix = b""
         self._query = ""
         # The last key delivered (None: none yet); rows fetched past it, not delivered.

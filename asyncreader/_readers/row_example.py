@@ -21,7 +21,7 @@ of range) send the chunk row by row (:meth:`RowEncoder.encode`), which names the
 from __future__ import annotations
 
 import struct
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Final, Generic, TypeVar
 
 import numpy as np
 
@@ -32,6 +32,9 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
 
 __all__ = ["RowEncoder"]
+
+#: A column name: text (a table's), or bytes (a CSV header's, as written).
+Name = TypeVar("Name", str, bytes)
 
 _FLOAT: Final = struct.Struct("<f")
 #: The shift of each 7-bit group of a 64-bit varint.
@@ -104,6 +107,14 @@ def _gather(source: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> np.n
 def _delimited(field: int, payload: bytes) -> bytes:
     """``payload`` as length-delimited field ``field``."""
     return bytes((field << 3 | 2,)) + _varint(len(payload)) + payload
+
+
+def _name_bytes(name: str | bytes) -> bytes:
+    return name if isinstance(name, bytes) else name.encode("utf-8")
+
+
+def _key_order(name: str | bytes) -> tuple[int, ...]:
+    return wire.upb_key_order(_name_bytes(name))
 
 
 def _is_none(value: object) -> bool:
@@ -189,9 +200,9 @@ class _Column:
         "name",
     )
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str | bytes) -> None:
         self.name = name
-        self._name_part = _delimited(1, name.encode("utf-8"))
+        self._name_part = _delimited(1, _name_bytes(name))
         # Entry header for an int64_list of one value of each varint length 1..10.
         self._int_heads = [b""] + [self._head(wire.INT64, length) for length in range(1, 11)]
         self._float_head = self._head(wire.FLOAT, 4)
@@ -371,16 +382,17 @@ class _Column:
         return _delimited(1, self._name_part + _delimited(2, body))
 
 
-class RowEncoder:
-    """Encodes rows (sequences of column values) as serialized Examples."""
+class RowEncoder(Generic[Name]):
+    """Encodes rows (sequences of column values) as serialized Examples; the feature names
+    are the column names (``str`` in UTF-8, or ``bytes`` as they are)."""
 
     __slots__ = ("_columns", "_encoders", "columns")
 
-    def __init__(self, columns: Sequence[str]) -> None:
+    def __init__(self, columns: Sequence[Name]) -> None:
         #: The column names, in the order rows hold their values: protobuf's deterministic
         #: order of map keys, so that a row's bytes equal TensorFlow's
         #: ``SerializeToString(deterministic=True)`` of the same Example.
-        self.columns = tuple(sorted(columns, key=lambda c: wire.upb_key_order(c.encode())))
+        self.columns: tuple[Name, ...] = tuple(sorted(columns, key=_key_order))
         self._columns = [_Column(c) for c in self.columns]
         self._encoders: list[Callable[[object], bytes]] = [c.encode for c in self._columns]
 
@@ -475,6 +487,30 @@ class RowEncoder:
             base += len(flat)
         data = _gather(np.concatenate(sources), starts.reshape(-1), lengths.reshape(-1))
         return data, offsets, record_len
+
+    def encode_columns(self, columns: Sequence[Sequence[object]]) -> list[bytes]:
+        """Encode the rows whose values ``columns`` hold (one sequence per column, in
+        :attr:`columns` order), always in :meth:`encode`'s form, built column-wise when
+        the values allow it.
+
+        Raises:
+            InvalidArgumentError: a value has no Example form (naming its row).
+        """
+        data: np.ndarray | None = None
+        if len(columns) and len(columns[0]):
+            encoded = self._by_columns(
+                [tuple(c) for c in columns], [set(map(type, c)) for c in columns]
+            )
+            if encoded is not None:
+                data, starts, lengths = encoded
+                buffer = data.tobytes()
+                ends = (starts + lengths).tolist()
+                return [buffer[a:b] for a, b in zip(starts.tolist(), ends)]  # noqa: B905
+        rows = list(zip(*columns))  # noqa: B905
+        values, good = self.encode(rows)
+        if good < len(rows):
+            raise InvalidArgumentError(f"row {good}: {self.error(rows[good])}", record=good)
+        return values
 
     def encode(self, rows: Sequence[Sequence[object]], start: int = 0) -> tuple[list[bytes], int]:
         """Encode ``rows[start:]`` in order; return the values and the index of the first

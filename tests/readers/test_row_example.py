@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 import asyncreader as ar
+from asyncreader._decoders import wire
 from asyncreader._readers.row_example import RowEncoder
 
 if TYPE_CHECKING:
@@ -36,7 +37,7 @@ def value(rng: random.Random, kind: str) -> object:
 
 def chunk(
     rng: random.Random, kinds: dict[str, str], n: int
-) -> tuple[RowEncoder, list[tuple[object, ...]]]:
+) -> tuple[RowEncoder[str], list[tuple[object, ...]]]:
     encoder = RowEncoder(list(kinds))
     rows = [
         (*(value(rng, kinds[c]) for c in encoder.columns), key)  # the key last, as fetched
@@ -147,3 +148,21 @@ def test_columns_only_rows_handle_are_left_to_them(usual: object, bad: object) -
 def test_short_chunks_are_left_to_the_row_path() -> None:
     encoder = RowEncoder(["s"])
     assert encoder.encode_chunk([("a", i) for i in range(15)]) is None
+
+
+def test_columns_of_rows_always_take_the_row_form_with_bytes_names() -> None:
+    encoder = RowEncoder([b"x", b"\xffn"])
+    assert encoder.columns == (b"x", b"\xffn")
+    columns: list[list[object]] = [[i * 0.5 for i in range(40)], list(range(-20, 20))]
+    rows = list(zip(*columns, strict=True))
+    values = encoder.encode_columns(columns)
+    assert values == encoder.encode(rows)[0]  # shortest varints, not the fixed layout
+    assert len(set(map(len, values))) > 1
+    assert set(wire.index_example(values[0])) == {b"x", b"\xffn"}
+
+
+def test_columns_of_rows_name_a_value_without_an_example_form() -> None:
+    encoder = RowEncoder(["n"])
+    with pytest.raises(ar.InvalidArgumentError, match=r"row 3: column 'n': integer") as info:
+        encoder.encode_columns([[1, 2, 3, 1 << 64, 5]])
+    assert info.value.record == 3
