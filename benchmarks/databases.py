@@ -11,6 +11,8 @@ the server at ``--postgres``, else one it starts from Debian's binaries as the t
 * ``plain``: the reference, keyset pagination of 2,048 rows a query (the readers' own
   ``fetch_rows``) with the driver alone: ``sqlite3`` on a worker thread, ``asyncpg``
   ``fetch``; rows as the driver's tuples or records, nothing else done with them;
+* ``plain + columns as arrays``: the same, each chunk then turned into column arrays
+  (text as one buffer and lengths): the least a columnar value format would cost;
 * ``read_batch``: the reader draining the table's 4 shards with ``read_batch(queue,
   2048)``: rows fetched, encoded as Examples, keys made;
 * ``+ parse_example``: the same, each batch decoded into column arrays.
@@ -19,8 +21,9 @@ Bar (issue 21): PostgresReader ``read_batch`` >= 0.7x the plain asyncpg fetch.
 
 Then the value formats, on the same rows in memory (no database): the cost to encode the
 rows as records and to decode a batch of 2,048 of them into column arrays, for
-``tf.train.Example`` + ``parse_example`` (what the readers do), a CSV line +
-``decode_csv``, and packed fixed-width binary + ``numpy.frombuffer`` with a structured dtype
+``tf.train.Example`` + ``parse_example`` (encoded row by row, and a chunk at once column
+by column as the readers do), a CSV line + ``decode_csv``, and packed fixed-width binary
++ ``numpy.frombuffer`` with a structured dtype
 (numeric columns only: it cannot hold the text column or NULL).
 """
 
@@ -100,7 +103,20 @@ def make_sqlite(path: Path, n: int) -> None:
     conn.close()
 
 
-def sqlite_plain(path: Path, table: str, columns: str) -> int:
+def as_columns(chunk: list[Any]) -> None:
+    """A chunk of rows as column arrays (text as one buffer and lengths), the least a
+    columnar value format would cost on top of the driver's rows (NULLs not handled)."""
+    for values in zip(*chunk):  # noqa: B905
+        first = values[0]
+        if isinstance(first, (str, bytes)):
+            texts = [v.encode() for v in values] if isinstance(first, str) else values
+            b"".join(texts)
+            np.fromiter(map(len, texts), dtype=np.int64, count=len(texts))
+        else:
+            np.array(values)
+
+
+def sqlite_plain(path: Path, table: str, columns: str, *, columnar: bool = False) -> int:
     conn = sqlite3.connect(f"{path.absolute().as_uri()}?mode=ro", uri=True)
     conn.text_factory = bytes
     seen, last = 0, -1
@@ -112,6 +128,8 @@ def sqlite_plain(path: Path, table: str, columns: str) -> int:
             ).fetchall()
             if not chunk:
                 return seen
+            if columnar:
+                as_columns(chunk)
             seen += len(chunk)
             last = chunk[-1][-1]
     finally:
@@ -163,7 +181,7 @@ async def make_postgres(url: str, n: int) -> None:
         await conn.close()
 
 
-async def postgres_plain(url: str, table: str, columns: str) -> int:
+async def postgres_plain(url: str, table: str, columns: str, *, columnar: bool = False) -> int:
     import asyncpg
 
     conn = await asyncpg.connect(url)
@@ -177,6 +195,8 @@ async def postgres_plain(url: str, table: str, columns: str) -> int:
             )
             if not chunk:
                 return seen
+            if columnar:
+                as_columns(chunk)
             seen += len(chunk)
             last = chunk[-1][-1]
     finally:
@@ -188,7 +208,8 @@ def postgres(url: str | None) -> Iterator[str]:
     if url is not None:
         yield url
         return
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "readers"))
+    tests = Path(__file__).resolve().parents[1] / "tests"
+    sys.path[:0] = [str(tests / "readers"), str(tests)]  # postgres_server imports servers_util
     from postgres_server import postgres_bin, postgres_server
 
     bindir = postgres_bin()
@@ -214,6 +235,17 @@ def formats(n: int) -> list[tuple[str, float, float]]:
     def enc_example() -> list[bytes]:
         return encoder.encode(example_rows)[0]
 
+    def enc_example_chunks() -> list[bytes]:
+        out: list[bytes] = []
+        for i in range(0, n, CHUNK):
+            encoded = encoder.encode_chunk(example_rows[i : i + CHUNK])
+            assert encoded is not None
+            data, starts, lengths = encoded
+            # The readers hand this buffer on as it is; bytes here only for the decoder.
+            buffer = data.tobytes()
+            out += [buffer[s : s + k] for s, k in zip(starts.tolist(), lengths.tolist())]  # noqa: B905
+        return out
+
     def enc_csv() -> list[bytes]:
         return [b"%d,%d,%d,%r,%r,%s" % r for r in data]
 
@@ -232,6 +264,7 @@ def formats(n: int) -> list[tuple[str, float, float]]:
     out = []
     for name, enc, dec in [
         ("tf.train.Example + parse_example", enc_example, dec_example),
+        ("same, a chunk at once (the readers)", enc_example_chunks, dec_example),
         ("CSV line + decode_csv", enc_csv, dec_csv),
         ("packed binary + frombuffer (no text)", enc_raw, dec_raw),
     ]:
@@ -255,7 +288,7 @@ def formats(n: int) -> list[tuple[str, float, float]]:
 async def measure(
     kind: str,
     make: Callable[[], ar.ReaderBase],
-    plain: Callable[[str, str], Awaitable[int]],
+    plain: Callable[..., Awaitable[int]],
     source: str | Path,
     n: int,
 ) -> list[tuple[str, str, float, float]]:
@@ -264,6 +297,8 @@ async def measure(
         shards = await ar.table_shards(source, table, key="id", shards=SHARDS)
         base = await timed(functools.partial(plain, table, columns), n)
         out.append((f"{kind} {label}", "plain fetch", base, 1.0))
+        rate = await timed(functools.partial(plain, table, columns, columnar=True), n)
+        out.append((f"{kind} {label}", "plain + columns as arrays", rate, rate / base))
         for method, parse in (("read_batch", None), ("read_batch + parse_example", spec)):
             rate = await timed(functools.partial(reader_run, make, shards, parse), n)
             out.append((f"{kind} {label}", method, rate, rate / base))
@@ -277,8 +312,10 @@ async def run(args: argparse.Namespace) -> list[tuple[str, str, float, float]]:
         db = Path(tmp) / "bench.db"
         await anyio.to_thread.run_sync(make_sqlite, db, n)
 
-        async def sqlite_fetch(name: str, columns: str) -> int:
-            return await anyio.to_thread.run_sync(sqlite_plain, db, name, columns)
+        async def sqlite_fetch(name: str, columns: str, *, columnar: bool = False) -> int:
+            return await anyio.to_thread.run_sync(
+                functools.partial(sqlite_plain, db, name, columns, columnar=columnar)
+            )
 
         make = functools.partial(ar.SQLiteReader, db)
         table += await measure("SQLite", make, sqlite_fetch, db, n)

@@ -29,6 +29,7 @@ from .._decoders import wire
 from .._decoders.csv import decode_csv
 from .._errors import InvalidArgumentError
 from .._io.filesystem import is_url
+from .._readers.row_example import RowEncoder
 from .._records.writer import TFRecordWriter
 from .progress import make_meter
 from .source import COMPRESSION_NAMES, CommandError, FixedLayout, chunks, open_source
@@ -130,64 +131,9 @@ class _Csv:
                 f"{name}: {where}{exc.message} (column types were inferred from the first "
                 f"{self.sampled:,} rows: {types})"
             ) from exc
-        features = [
-            _FEATURE_ENCODERS[kind](column)
-            for kind, column in zip(self.kinds, columns, strict=True)
-        ]
-        return _examples(self.keys, features)
-
-
-def _encode_int64(column: np.ndarray) -> list[bytes]:
-    # One value per Feature: every length fits one byte (a varint is at most 10).
-    out = []
-    for value in column.tolist():
-        payload = wire.encode_varint(value)
-        n = len(payload)
-        out.append(bytes((0x1A, n + 2, 0x0A, n)) + payload)
-    return out
-
-
-def _encode_float(column: np.ndarray) -> list[bytes]:
-    raw = column.astype("<f4").tobytes()
-    return [b"\x12\x06\x0a\x04" + raw[i : i + 4] for i in range(0, len(raw), 4)]
-
-
-def _encode_bytes(column: np.ndarray) -> list[bytes]:
-    out = []
-    for value in column.tolist():
-        body = b"\x0a" + wire.encode_varint(len(value)) + value
-        out.append(b"\x0a" + wire.encode_varint(len(body)) + body)
-    return out
-
-
-_FEATURE_ENCODERS: Final = {
-    wire.INT64: _encode_int64,
-    wire.FLOAT: _encode_float,
-    wire.BYTES: _encode_bytes,
-}
-
-
-def _examples(keys: list[bytes], features: list[list[bytes]]) -> list[bytes]:
-    """Serialize one Example per row of ``features`` (a list per key), with the bytes of
-    :func:`~asyncreader._decoders.wire.encode_example` (keys in its order)."""
-    order = sorted(range(len(keys)), key=lambda i: wire.upb_key_order(keys[i]))
-    prefixes = [b"\x0a" + wire.encode_varint(len(keys[i])) + keys[i] + b"\x12" for i in order]
-    columns = [features[i] for i in order]
-    varint = wire.encode_varint
-    out = []
-    for row in zip(*columns, strict=True):
-        body = b"".join(
-            [
-                b"\x0a"
-                + varint(len(prefix) + len(varint(len(value))) + len(value))
-                + prefix
-                + varint(len(value))
-                + value
-                for prefix, value in zip(prefixes, row, strict=True)
-            ]
-        )
-        out.append(b"\x0a" + varint(len(body)) + body)
-    return out
+        encoder = RowEncoder(self.keys)
+        by_name = dict(zip(self.keys, columns, strict=True))
+        return encoder.encode_columns([by_name[key].tolist() for key in encoder.columns])
 
 
 def _input_format(name: str, asked: str) -> str:

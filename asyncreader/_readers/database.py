@@ -20,10 +20,8 @@ import struct
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
-import numpy as np
-
 from .._errors import DataLossError, InvalidArgumentError, NotFoundError
-from .._records.batch import RecordBatch
+from .._records.batch import KeyRun, Segment, assemble
 from .._records.keys import bulk_keys
 from .base import ReaderBase
 from .hook_path import as_lists
@@ -90,7 +88,7 @@ class TableReader(ReaderBase):
 
     def _reset_item(self) -> None:
         self._shard: TableShard | None = None
-        self._encoder: RowEncoder | None = None
+        self._encoder: RowEncoder[str] | None = None
         self._prefix = b""
         self._query = ""
         # The last key delivered (None: none yet); rows fetched past it, not delivered.
@@ -173,19 +171,12 @@ class TableReader(ReaderBase):
             chunk, keys = chunk[:good], keys[:good]
         encoder = self._encoder
         assert encoder is not None
-        matrix = encoder.encode_matrix(chunk)
-        if matrix is not None:
-            # A whole chunk of numeric rows: one buffer, no bytes object per record.
-            width = matrix.shape[1]
+        encoded = encoder.encode_chunk(chunk)
+        if encoded is not None:
+            # The whole chunk at once, column by column: one buffer, no bytes per record.
             self._advance(i, keys)
-            batch = RecordBatch(
-                matrix.reshape(-1),
-                np.arange(0, len(keys) * width, width, dtype=np.int64),
-                np.full(len(keys), width, dtype=np.int64),
-                keys=bulk_keys(self._prefix, keys),
-                work=self._work,
-            )
-            return batch, self._at_end()
+            run = KeyRun(self._work, len(keys), None, bulk_keys(self._prefix, keys))
+            return assemble([Segment(*encoded)], [run]), self._at_end()
         values, good = encoder.encode(chunk)
         if good < len(chunk):
             if good == 0:

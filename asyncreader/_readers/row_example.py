@@ -6,20 +6,22 @@ float32, text (UTF-8) and blobs a ``bytes_list`` of one value, an array of those
 several, and NULL no feature at all (so ``parse_example`` gives the spec's
 ``default_value``, or nothing in a ``VarLenFeature``).
 
-The bytes are written directly, without building :class:`~asyncreader.Example` objects:
-each column's encoder prepends header bytes computed once per column (and per varint
-length for integers) to the value's own bytes, so a row costs a few concatenations per
-column, and the bytes are TensorFlow's deterministic serialization. A chunk whose columns
-hold only integers or only floats is instead encoded at once with numpy
-(:meth:`RowEncoder.encode_matrix`), integers as 10-byte varints: every row then has the
+The bytes are written directly, without building :class:`~asyncreader.Example` objects,
+and are TensorFlow's deterministic serialization. A chunk of rows is encoded at once,
+column by column with numpy (:meth:`RowEncoder.encode_chunk`): each column's entries are
+a head (computed once per column and value length) and the value's bytes (varints,
+float32s, the texts joined), laid out as padded rows whose padding one mask drops, so no
+Python object or call is made per value. A chunk whose columns hold only integers or only
+floats takes a fixed form instead, integers as 10-byte varints: every row then has the
 same length and layout, which ``parse_example``'s shared-layout fast path decodes as one
-matrix.
+matrix. Values the column form cannot hold (arrays, a column of mixed kinds, a value out
+of range) send the chunk row by row (:meth:`RowEncoder.encode`), which names the row.
 """
 
 from __future__ import annotations
 
 import struct
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Final, Generic, TypeVar
 
 import numpy as np
 
@@ -31,11 +33,19 @@ if TYPE_CHECKING:
 
 __all__ = ["RowEncoder"]
 
+#: A column name: text (a table's), or bytes (a CSV header's, as written).
+Name = TypeVar("Name", str, bytes)
+
 _FLOAT: Final = struct.Struct("<f")
 #: The shift of each 7-bit group of a 64-bit varint.
 _SHIFTS: Final = np.arange(0, 70, 7, dtype=np.uint64)
+#: The smallest value of each varint length from 2 bytes on.
+_VARINT_LIMITS: Final = np.array([1 << (7 * k) for k in range(1, 10)], dtype=np.uint64)
+_GROUPS: Final = np.arange(9)
 #: Rows below which the whole-chunk encoding costs more than row by row.
 _MATRIX_MIN_ROWS: Final = 16
+#: How many times the bytes of its records a chunk's padded rows may take.
+_PADDING: Final = 4
 _INT64_MIN: Final = -(1 << 63)
 _INT64_MAX: Final = (1 << 63) - 1
 
@@ -66,9 +76,111 @@ def _varint(value: int) -> bytes:
     return _long_varint(value)
 
 
+def _varints(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The minimal protobuf varints of ``int64`` ``values`` (negative ones as their 64-bit
+    two's complement) as a ``(len(values), 10)`` ``uint8`` matrix, and each one's length."""
+    unsigned = values.view(np.uint64)
+    lengths = np.searchsorted(_VARINT_LIMITS, unsigned, side="right") + 1
+    matrix = (unsigned[:, None] >> _SHIFTS).astype(np.uint8)
+    matrix &= 0x7F
+    # Every group but a varint's last has its continuation bit.
+    matrix[:, :9] |= ((lengths - 1)[:, None] > _GROUPS).view(np.uint8) << 7
+    return matrix, lengths
+
+
+def _gather(source: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """The spans ``source[start : start + length]``, back to back, in one take: the index
+    runs up by one within a span and jumps at each span's start (a cumulative sum)."""
+    keep = lengths > 0
+    starts, lengths = starts[keep], lengths[keep]
+    ends = np.cumsum(lengths)
+    total = int(ends[-1]) if len(ends) else 0
+    small = max(total, len(source)) < 1 << 31
+    steps = np.ones(total, dtype=np.int32 if small else np.int64)
+    if total:
+        # At a span's start, step from the previous span's last byte to its first one.
+        steps[0] = starts[0]
+        steps[ends[:-1]] = starts[1:] - (starts[:-1] + lengths[:-1] - 1)
+    return source[np.cumsum(steps, dtype=steps.dtype)]
+
+
 def _delimited(field: int, payload: bytes) -> bytes:
     """``payload`` as length-delimited field ``field``."""
     return bytes((field << 3 | 2,)) + _varint(len(payload)) + payload
+
+
+def _name_bytes(name: str | bytes) -> bytes:
+    return name if isinstance(name, bytes) else name.encode("utf-8")
+
+
+def _key_order(name: str | bytes) -> tuple[int, ...]:
+    return wire.upb_key_order(_name_bytes(name))
+
+
+def _is_none(value: object) -> bool:
+    return value is None
+
+
+class _Slot:
+    """One span of every row, column-wise: each row's bytes and how many of them count.
+
+    ``data`` is either a ``(rows, width)`` ``uint8`` matrix (row ``r``'s bytes lead row
+    ``r``, the rest is padding) or, with ``starts``, a flat buffer holding row ``r``'s
+    bytes at ``starts[r]``.
+    """
+
+    __slots__ = ("data", "lengths", "starts")
+
+    def __init__(
+        self, data: np.ndarray, lengths: np.ndarray, starts: np.ndarray | None = None
+    ) -> None:
+        self.data = data
+        self.lengths = lengths
+        self.starts = starts
+
+    def width(self) -> int:
+        """The slot's width in a padded row: its longest span."""
+        if self.starts is None:
+            return int(self.data.shape[1])
+        return int(self.lengths.max()) if len(self.lengths) else 0
+
+    def matrix(self) -> np.ndarray:
+        """The slot as a padded ``(rows, width)`` matrix."""
+        if self.starts is None:
+            return self.data
+        width = self.width()
+        out = np.zeros((len(self.lengths), width), dtype=np.uint8)
+        # Boolean assignment fills row-major: each row's span, in row order.
+        out[np.arange(width) < self.lengths[:, None]] = self.data
+        return out
+
+    def flat(self) -> tuple[np.ndarray, np.ndarray]:
+        """The slot as a flat buffer and each row's start in it."""
+        if self.starts is not None:
+            return self.data, self.starts
+        rows, width = self.data.shape
+        return self.data.reshape(-1), np.arange(rows, dtype=np.int64) * width
+
+
+def _spread(slot: _Slot, null: np.ndarray) -> _Slot:
+    """A matrix ``slot`` of the non-NULL rows as one of every row (NULL ones empty)."""
+    data = np.zeros((len(null), slot.data.shape[1]), dtype=np.uint8)
+    data[~null] = slot.data
+    return _Slot(data, _spread_lengths(slot.lengths, null))
+
+
+def _spread_lengths(lengths: np.ndarray, null: np.ndarray) -> np.ndarray:
+    out = np.zeros(len(null), dtype=np.int64)
+    out[~null] = lengths
+    return out
+
+
+def _table(heads: list[bytes]) -> np.ndarray:
+    """``heads`` as the rows of a zero-padded ``uint8`` matrix."""
+    table = np.zeros((len(heads), max(map(len, heads))), dtype=np.uint8)
+    for i, head in enumerate(heads):
+        table[i, : len(head)] = np.frombuffer(head, dtype=np.uint8)
+    return table
 
 
 class _Unencodable(Exception):
@@ -78,14 +190,25 @@ class _Unencodable(Exception):
 class _Column:
     """The encoders of one column's values into a ``features`` map entry."""
 
-    __slots__ = ("_bytes_heads", "_float_head", "_int_heads", "_name_part", "name")
+    __slots__ = (
+        "_bytes_heads",
+        "_float_head",
+        "_int_head_lengths",
+        "_int_heads",
+        "_int_table",
+        "_name_part",
+        "name",
+    )
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str | bytes) -> None:
         self.name = name
-        self._name_part = _delimited(1, name.encode("utf-8"))
+        self._name_part = _delimited(1, _name_bytes(name))
         # Entry header for an int64_list of one value of each varint length 1..10.
         self._int_heads = [b""] + [self._head(wire.INT64, length) for length in range(1, 11)]
         self._float_head = self._head(wire.FLOAT, 4)
+        # The same, as a padded matrix and lengths, for whole columns.
+        self._int_table = _table(self._int_heads)
+        self._int_head_lengths = np.array([len(h) for h in self._int_heads], dtype=np.int64)
         # Entry header of a bytes_list of one value, by the value's length.
         self._bytes_heads: dict[int, bytes] = {}
 
@@ -123,6 +246,78 @@ class _Column:
                 return None  # beyond float32's range: the row path names the row
             return self._float_head, floats.view(np.uint8).reshape(-1, 4)
         return None
+
+    def bytes_head(self, length: int) -> bytes:
+        """The bytes of a map entry up to its one ``bytes_list`` value of ``length`` bytes."""
+        head = self._bytes_heads.get(length)
+        if head is None:
+            head = self._head(wire.BYTES, length)
+            if length < _CACHED_LENGTHS:
+                self._bytes_heads[length] = head
+        return head
+
+    def slots(self, values: Sequence[object], kinds: set[type]) -> tuple[_Slot, _Slot] | None:
+        """The entries of a whole column as two slots, the entries' heads and their values
+        (both empty for NULL), when every value but NULLs is an integer, or every one a
+        float, or every one text, or every one a blob; ``None`` otherwise (arrays, mixed
+        kinds, a value out of range: the row path handles or names it)."""
+        n = len(values)
+        nulls = type(None) in kinds
+        kinds = kinds - {type(None)}
+        present = values
+        if nulls:
+            null = np.fromiter(map(_is_none, values), dtype=bool, count=n)
+            present = [v for v in values if v is not None]
+        if not kinds:
+            empty = np.zeros((n, 0), dtype=np.uint8)
+            zeros = np.zeros(n, dtype=np.int64)
+            return _Slot(empty, zeros), _Slot(empty, zeros)
+        if kinds <= {int, bool}:
+            try:
+                ints = np.array(present, dtype=np.int64)
+            except OverflowError:
+                return None
+            value, lengths = _varints(ints)
+            heads = _Slot(self._int_table[lengths], self._int_head_lengths[lengths])
+        elif kinds == {float}:
+            doubles = np.array(present, dtype=np.float64)
+            with np.errstate(over="ignore"):
+                floats = doubles.astype("<f4")
+            if np.count_nonzero(np.isinf(floats)) != np.count_nonzero(np.isinf(doubles)):
+                return None  # beyond float32's range: the row path names the row
+            m = len(present)
+            value = floats.view(np.uint8).reshape(m, 4)
+            lengths = np.full(m, 4, dtype=np.int64)
+            head = np.frombuffer(self._float_head, dtype=np.uint8)
+            heads = _Slot(np.broadcast_to(head, (m, len(head))), np.full(m, len(head)))
+        elif kinds == {str} or kinds == {bytes}:
+            if kinds == {str}:
+                text = "".join(present)  # type: ignore[arg-type]
+                if text.isascii():  # a byte a character: the lengths need no encoding
+                    blob = text.encode("ascii")
+                else:
+                    present = [v.encode("utf-8") for v in present]  # type: ignore[attr-defined]
+                    blob = b"".join(present)  # type: ignore[arg-type]
+            else:
+                blob = b"".join(present)  # type: ignore[arg-type]
+            lengths = np.fromiter(map(len, present), dtype=np.int64, count=len(present))  # type: ignore[arg-type]
+            unique, which = np.unique(lengths, return_inverse=True)
+            head_list = [self.bytes_head(length) for length in unique.tolist()]
+            head_lengths = np.array([len(h) for h in head_list], dtype=np.int64)
+            heads = _Slot(_table(head_list)[which], head_lengths[which])
+            value = np.frombuffer(blob, dtype=np.uint8)
+            starts = np.cumsum(lengths) - lengths
+            if not nulls:
+                return heads, _Slot(value, lengths, starts)
+            return _spread(heads, null), _Slot(
+                value, _spread_lengths(lengths, null), _spread_lengths(starts, null)
+            )
+        else:
+            return None
+        values_slot = _Slot(value, lengths)
+        if nulls:
+            return _spread(heads, null), _spread(values_slot, null)
+        return heads, values_slot
 
     def _head(self, kind: int, length: int) -> bytes:
         """The bytes of a map entry up to its one packed value of ``length`` bytes."""
@@ -187,30 +382,48 @@ class _Column:
         return _delimited(1, self._name_part + _delimited(2, body))
 
 
-class RowEncoder:
-    """Encodes rows (sequences of column values) as serialized Examples."""
+class RowEncoder(Generic[Name]):
+    """Encodes rows (sequences of column values) as serialized Examples; the feature names
+    are the column names (``str`` in UTF-8, or ``bytes`` as they are)."""
 
     __slots__ = ("_columns", "_encoders", "columns")
 
-    def __init__(self, columns: Sequence[str]) -> None:
+    def __init__(self, columns: Sequence[Name]) -> None:
         #: The column names, in the order rows hold their values: protobuf's deterministic
         #: order of map keys, so that a row's bytes equal TensorFlow's
         #: ``SerializeToString(deterministic=True)`` of the same Example.
-        self.columns = tuple(sorted(columns, key=lambda c: wire.upb_key_order(c.encode())))
+        self.columns: tuple[Name, ...] = tuple(sorted(columns, key=_key_order))
         self._columns = [_Column(c) for c in self.columns]
         self._encoders: list[Callable[[object], bytes]] = [c.encode for c in self._columns]
 
-    def encode_matrix(self, rows: Sequence[Sequence[object]]) -> np.ndarray | None:
-        """Encode ``rows`` at once as a ``(rows, length)`` ``uint8`` matrix, a row per
-        Example, when every column holds only integers or only floats (no NULL) and there
-        are enough rows for it to pay; else ``None`` (use :meth:`encode`).
+    def encode_chunk(
+        self, rows: Sequence[Sequence[object]]
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+        """Encode ``rows`` at once, column by column, as a buffer of Examples back to back
+        with each one's start and length; ``None`` when a column holds values only
+        :meth:`encode` handles or refuses (arrays, mixed kinds, out of range) or there are
+        too few rows for it to pay.
 
-        Integers are 10-byte varints here, so every row has the same length and layout:
-        ``parse_example`` then decodes a batch of them as one matrix.
+        When every column holds only integers or only floats (no NULL), integers are
+        10-byte varints, so every row has the same length and layout: ``parse_example``
+        then decodes a batch of them as one matrix. Otherwise the bytes are exactly
+        :meth:`encode`'s, without a Python object or call per value.
         """
-        if len(rows) < _MATRIX_MIN_ROWS:
+        n = len(rows)
+        if n < _MATRIX_MIN_ROWS:
             return None
         columns = list(zip(*rows))  # noqa: B905 - the key, last, has no column
+        kinds = [set(map(type, values)) for values in columns]
+        if all(k <= {int, bool} or k == {float} for k in kinds[: len(self._columns)]):
+            matrix = self._matrix(columns)
+            if matrix is not None:
+                width = matrix.shape[1]
+                starts = np.arange(0, n * width, width, dtype=np.int64)
+                return matrix.reshape(-1), starts, np.full(n, width, dtype=np.int64)
+        return self._by_columns(columns, kinds)
+
+    def _matrix(self, columns: list[tuple[object, ...]]) -> np.ndarray | None:
+        """The rows of numeric ``columns`` (no NULL) as a ``(rows, length)`` matrix."""
         parts: list[tuple[bytes, np.ndarray]] = []
         for column, column_values in zip(self._columns, columns):  # noqa: B905
             part = column.fixed(column_values)
@@ -219,7 +432,7 @@ class RowEncoder:
             parts.append(part)
         body = sum(len(head) + values.shape[1] for head, values in parts)
         prefix = b"\x0a" + _varint(body)
-        matrix = np.empty((len(rows), len(prefix) + body), dtype=np.uint8)
+        matrix = np.empty((len(columns[0]), len(prefix) + body), dtype=np.uint8)
         at = len(prefix)
         matrix[:, :at] = np.frombuffer(prefix, np.uint8)
         for head, values in parts:
@@ -228,6 +441,76 @@ class RowEncoder:
             matrix[:, at : at + values.shape[1]] = values
             at += values.shape[1]
         return matrix
+
+    def _by_columns(
+        self, columns: list[tuple[object, ...]], kinds: list[set[type]]
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+        """:meth:`encode`'s bytes of the rows of ``columns`` (whose value types are
+        ``kinds``), made column-wise."""
+        n = len(columns[0])
+        # A row is its prefix (tag, varint length), then each column's entry head and value.
+        slots: list[_Slot] = []
+        for column, values, value_kinds in zip(self._columns, columns, kinds):  # noqa: B905
+            pair = column.slots(values, value_kinds)
+            if pair is None:
+                return None
+            slots += pair
+        body = sum(slot.lengths for slot in slots)
+        prefix = np.empty((n, 11), dtype=np.uint8)
+        prefix[:, 0] = 0x0A
+        prefix[:, 1:], prefix_len = _varints(np.asarray(body, dtype=np.int64))
+        slots.insert(0, _Slot(prefix, prefix_len + 1))
+        record_len = body + slots[0].lengths
+        offsets = np.cumsum(record_len) - record_len
+        used = int(record_len.sum())
+        widths = [slot.width() for slot in slots]
+        if n * sum(widths) <= _PADDING * used:
+            # Padded rows, then the padding dropped: plain copies and one mask, byte-wide.
+            padded = np.empty((n, sum(widths)), dtype=np.uint8)
+            keep = np.empty(padded.shape, dtype=bool)
+            at = 0
+            for slot, width in zip(slots, widths):  # noqa: B905
+                padded[:, at : at + width] = slot.matrix()
+                keep[:, at : at + width] = np.arange(width) < slot.lengths[:, None]
+                at += width
+            return padded[keep], offsets, record_len
+        # A few long values: padding would cost more than gathering the spans by index.
+        sources: list[np.ndarray] = []
+        starts = np.empty((n, len(slots)), dtype=np.int64)
+        lengths = np.empty_like(starts)
+        base = 0
+        for j, slot in enumerate(slots):
+            flat, slot_starts = slot.flat()
+            starts[:, j] = slot_starts + base
+            lengths[:, j] = slot.lengths
+            sources.append(flat)
+            base += len(flat)
+        data = _gather(np.concatenate(sources), starts.reshape(-1), lengths.reshape(-1))
+        return data, offsets, record_len
+
+    def encode_columns(self, columns: Sequence[Sequence[object]]) -> list[bytes]:
+        """Encode the rows whose values ``columns`` hold (one sequence per column, in
+        :attr:`columns` order), always in :meth:`encode`'s form, built column-wise when
+        the values allow it.
+
+        Raises:
+            InvalidArgumentError: a value has no Example form (naming its row).
+        """
+        data: np.ndarray | None = None
+        if len(columns) and len(columns[0]):
+            encoded = self._by_columns(
+                [tuple(c) for c in columns], [set(map(type, c)) for c in columns]
+            )
+            if encoded is not None:
+                data, starts, lengths = encoded
+                buffer = data.tobytes()
+                ends = (starts + lengths).tolist()
+                return [buffer[a:b] for a, b in zip(starts.tolist(), ends)]  # noqa: B905
+        rows = list(zip(*columns))  # noqa: B905
+        values, good = self.encode(rows)
+        if good < len(rows):
+            raise InvalidArgumentError(f"row {good}: {self.error(rows[good])}", record=good)
+        return values
 
     def encode(self, rows: Sequence[Sequence[object]], start: int = 0) -> tuple[list[bytes], int]:
         """Encode ``rows[start:]`` in order; return the values and the index of the first

@@ -26,6 +26,7 @@ import pytest
 
 import asyncreader as ar
 from asyncreader._cli.schema import GIVE_UP, SchemaScan
+from asyncreader._decoders import wire
 from asyncreader._records.tfrecord import frame_record
 
 if TYPE_CHECKING:
@@ -339,6 +340,32 @@ def test_convert_csv_rows_to_examples(files: Path, tmp_path: Path) -> None:
     assert parsed["id"].tolist() == list(range(300))
     assert parsed["weight"].tolist() == [i + 0.5 for i in range(300)]
     assert parsed["name"].tolist() == [b"name %d" % i for i in range(300)]
+
+
+def test_convert_csv_gives_tensorflows_bytes_for_every_row(tmp_path: Path) -> None:
+    # The database readers' encoder: names as the header has them (any bytes), the
+    # shortest varints, float32s, blobs; the bytes protobuf's deterministic serialization
+    # gives.
+    ints = [0, -1, 127, 128, 2**63 - 1, -(2**63), 300]
+    floats = ["0.5", "-2.25", "inf", "1e-3", "3", "-0", "7.75"]
+    texts = [b"e", b"a", b"x" * 200, b"\xc3\xa9", b"b", b"cc", b"d" * 130]
+    lines = [b"%d,%s,%s" % (i, f.encode(), t) for i, f, t in zip(ints, floats, texts, strict=True)]
+    path = tmp_path / "rows.csv"
+    path.write_bytes(b"n,\xffw,zz\n" + b"\n".join(lines * 5) + b"\n")
+    out = tmp_path / "rows.tfrecord"
+    done = run("convert", str(path), "-o", str(out))
+    assert done.returncode == 0, done.stderr
+    expected = [
+        wire.encode_example(
+            {
+                b"n": wire.encode_feature(wire.INT64, np.array([i], np.int64)),
+                b"\xffw": wire.encode_feature(wire.FLOAT, np.array([float(f)], np.float32)),
+                b"zz": wire.encode_feature(wire.BYTES, [t]),
+            }
+        )
+        for i, f, t in zip(ints, floats, texts, strict=True)
+    ]
+    assert read_all(out) == expected * 5
 
 
 def test_convert_csv_with_a_value_of_another_type_names_the_line(tmp_path: Path) -> None:

@@ -1,0 +1,168 @@
+"""RowEncoder: a whole chunk encoded column by column gives the row-by-row encoder's bytes."""
+
+from __future__ import annotations
+
+import random
+from typing import TYPE_CHECKING
+
+import pytest
+
+import asyncreader as ar
+from asyncreader._decoders import wire
+from asyncreader._readers.row_example import RowEncoder
+
+if TYPE_CHECKING:
+    import numpy as np
+
+INT_EDGES = [-(2**63), -(2**31), -129, -1, 0, 1, 127, 128, 16383, 16384, 2**31, 2**63 - 1]
+FLOAT_EDGES = [0.0, -0.0, 1.5, -2.25, 1e-45, 3.4e38, float("inf"), float("-inf"), 1 / 3]
+TEXT_EDGES = ["", "a", "hé", "€" * 50, "\U0001f600", "x" * 127, "y" * 128, "z" * 20000]
+
+
+def value(rng: random.Random, kind: str) -> object:
+    if rng.random() < 0.2:
+        return None
+    if kind == "int":
+        return rng.choice(
+            [rng.choice(INT_EDGES), rng.randrange(-(2**63), 2**63), rng.randrange(300), True]
+        )
+    if kind == "float":
+        return rng.choice([rng.choice(FLOAT_EDGES), rng.uniform(-1e6, 1e6)])
+    if kind == "text":
+        if rng.random() < 0.3:
+            return rng.choice(TEXT_EDGES)
+        return "".join(rng.choice("ab é€\U0001f600") for _ in range(rng.randrange(40)))
+    return bytes(rng.randrange(256) for _ in range(rng.randrange(300)))
+
+
+def chunk(
+    rng: random.Random, kinds: dict[str, str], n: int
+) -> tuple[RowEncoder[str], list[tuple[object, ...]]]:
+    encoder = RowEncoder(list(kinds))
+    rows = [
+        (*(value(rng, kinds[c]) for c in encoder.columns), key)  # the key last, as fetched
+        for key in range(n)
+    ]
+    return encoder, rows
+
+
+def records(encoded: tuple[np.ndarray, np.ndarray, np.ndarray]) -> list[bytes]:
+    data, starts, lengths = encoded
+    return [
+        data[s : s + n].tobytes() for s, n in zip(starts.tolist(), lengths.tolist(), strict=True)
+    ]
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_chunk_bytes_equal_row_by_row_bytes(seed: int) -> None:
+    rng = random.Random(seed)
+    names = ["id", "a", "é", "z" * 140, "b", "long_name_" * 3]
+    kinds = {
+        name: rng.choice(["int", "float", "text", "blob"])
+        for name in names[: rng.randrange(1, len(names) + 1)]
+    }
+    kinds["t"] = "text"  # text, so no chunk is all numbers (which takes the matrix form)
+    encoder, rows = chunk(rng, kinds, rng.randrange(16, 400))
+    expected, good = encoder.encode(rows)
+    assert good == len(rows)
+    encoded = encoder.encode_chunk(rows)
+    assert encoded is not None
+    assert records(encoded) == expected
+    # Every record parses back to its row (NULL: no feature).
+    example = ar.Example.FromString(records(encoded)[0])
+    present = {c for c, v in zip(encoder.columns, rows[0][:-1], strict=True) if v is not None}
+    assert set(example.features.feature) == present
+
+
+def test_numeric_columns_with_nulls_keep_shortest_varints() -> None:
+    encoder = RowEncoder(["n", "x"])
+    rows: list[tuple[object, ...]] = [
+        (INT_EDGES[i % len(INT_EDGES)], None if i % 5 == 0 else i * 0.5, i) for i in range(64)
+    ]
+    encoded = encoder.encode_chunk(rows)
+    assert encoded is not None
+    assert records(encoded) == encoder.encode(rows)[0]
+    assert len(set(encoded[2].tolist())) > 1  # the row form: lengths vary
+
+
+def test_a_column_entirely_null_has_no_feature() -> None:
+    encoder = RowEncoder(["n", "s"])
+    rows: list[tuple[object, ...]] = [(None, f"r{i}", i) for i in range(20)]
+    encoded = encoder.encode_chunk(rows)
+    assert encoded is not None
+    assert records(encoded) == encoder.encode(rows)[0]
+    assert set(ar.Example.FromString(records(encoded)[3]).features.feature) == {"s"}
+
+
+def test_one_long_value_among_short_ones_gives_the_same_bytes() -> None:
+    # Padding every row to the longest value would cost far more than the values: the
+    # chunk is gathered span by span instead.
+    encoder = RowEncoder(["b", "n"])
+    rows: list[tuple[object, ...]] = [(b"v" * (i % 7), i - 50, i) for i in range(100)]
+    rows[60] = (bytes(range(256)) * 400, 10, 60)
+    encoded = encoder.encode_chunk(rows)
+    assert encoded is not None
+    assert records(encoded) == encoder.encode(rows)[0]
+
+
+def test_one_long_value_beside_a_column_entirely_null() -> None:
+    encoder = RowEncoder(["b", "n"])
+    rows: list[tuple[object, ...]] = [(b"v", None, i) for i in range(100)]
+    rows[5] = (b"w" * 100_000, None, 5)
+    encoded = encoder.encode_chunk(rows)
+    assert encoded is not None
+    assert records(encoded) == encoder.encode(rows)[0]
+
+
+def test_all_numeric_chunk_keeps_its_one_layout() -> None:
+    encoder = RowEncoder(["n", "x"])
+    rows: list[tuple[object, ...]] = [(i - 10, i / 4, i) for i in range(32)]
+    encoded = encoder.encode_chunk(rows)
+    assert encoded is not None
+    assert set(encoded[2].tolist()) == {len(records(encoded)[0])}
+    parsed = ar.parse_example(
+        records(encoded),
+        {"n": ar.FixedLenFeature([], "int64"), "x": ar.FixedLenFeature([], "float32")},
+    )
+    assert parsed["n"].tolist() == [i - 10 for i in range(32)]
+
+
+@pytest.mark.parametrize(
+    ("usual", "bad"),
+    [
+        (1, [1, 2]),  # an array: encoded row by row
+        (1, 1 << 64),  # beyond int64: the row path names it
+        (2.5, 1e300),  # beyond float32: the row path names it
+        (b"x", bytearray(b"x")),  # another bytes-like type: row by row
+        (1, "text"),  # a column of mixed kinds (SQLite allows it)
+    ],
+)
+def test_columns_only_rows_handle_are_left_to_them(usual: object, bad: object) -> None:
+    encoder = RowEncoder(["v", "s"])
+    rows: list[tuple[object, ...]] = [(usual, "s", i) for i in range(20)]
+    assert encoder.encode_chunk(rows) is not None
+    rows[9] = (bad, "s", 9)
+    assert encoder.encode_chunk(rows) is None
+
+
+def test_short_chunks_are_left_to_the_row_path() -> None:
+    encoder = RowEncoder(["s"])
+    assert encoder.encode_chunk([("a", i) for i in range(15)]) is None
+
+
+def test_columns_of_rows_always_take_the_row_form_with_bytes_names() -> None:
+    encoder = RowEncoder([b"x", b"\xffn"])
+    assert encoder.columns == (b"x", b"\xffn")
+    columns: list[list[object]] = [[i * 0.5 for i in range(40)], list(range(-20, 20))]
+    rows = list(zip(*columns, strict=True))
+    values = encoder.encode_columns(columns)
+    assert values == encoder.encode(rows)[0]  # shortest varints, not the fixed layout
+    assert len(set(map(len, values))) > 1
+    assert set(wire.index_example(values[0])) == {b"x", b"\xffn"}
+
+
+def test_columns_of_rows_name_a_value_without_an_example_form() -> None:
+    encoder = RowEncoder(["n"])
+    with pytest.raises(ar.InvalidArgumentError, match=r"row 3: column 'n': integer") as info:
+        encoder.encode_columns([[1, 2, 3, 1 << 64, 5]])
+    assert info.value.record == 3
