@@ -143,6 +143,7 @@ try:
     import obstore as _obstore  # noqa: F401
 
     CLIENT = "obstore"
+    ar.set_remote_reading(obstore=True)  # s3:// ranges through obstore (off by default)
 except ImportError:
     CLIENT = "s3fs"
 
@@ -260,7 +261,7 @@ def main() -> None:
                     t = best(lambda: drain(urls, 1, records), repeats)
                     name = f"read_ahead {window >> 20} MiB, concurrency {concurrency}"
                     print(row(name, t, records, total, ref))
-            ar.set_remote_reading()
+            ar.set_remote_reading(obstore=CLIENT == "obstore")
             print()
 
         from fault_proxy import FaultProxy

@@ -145,6 +145,7 @@ def set_remote_reading(
     request_timeout: float | None = DEFAULT_REQUEST_TIMEOUT,
     retry_budget: float = DEFAULT_RETRY_BUDGET,
     max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+    obstore: bool | None = None,
 ) -> None:
     """Set how remote files (``s3://``, ``http(s)://``, …) are read, for files opened from now on.
 
@@ -167,6 +168,12 @@ def set_remote_reading(
         request_timeout: Seconds one request may take (default 60); ``None``: no limit.
         retry_budget: Seconds a failing request is retried for (default 60).
         max_attempts: Attempts of one request in a row before giving up (default 10).
+        obstore: Fetch the byte ranges of ``s3://`` files through obstore
+            (``asyncreader[obstore]``) instead of s3fs: 2.5-8x the throughput measured
+            against a local S3 server. Off by default: a process that exits after obstore
+            failed a request (a missing object) was seen to abort at interpreter
+            shutdown (SIGABRT, a few exits in a hundred). ``None`` (the default) leaves
+            the choice as it is, except that a call without arguments turns it off.
 
     Raises:
         InvalidArgumentError: a value is out of range.
@@ -181,8 +188,14 @@ def set_remote_reading(
     if scheme is not None and (not isinstance(scheme, str) or not scheme):
         raise InvalidArgumentError(f"scheme must be a URL scheme such as 's3', not {scheme!r}")
     key = None if scheme is None else scheme.lower()
+    from . import obstore_client  # the flag lives with the client it switches
+
+    if obstore is not None:
+        obstore_client.ENABLED = bool(obstore)
     with _settings_lock:
         if key is None and settings == RemoteReading():
+            if obstore is None:
+                obstore_client.ENABLED = False
             _settings.clear()  # the defaults everywhere again
         else:
             _settings[key] = settings

@@ -295,3 +295,23 @@ def test_remote_reading_settings_are_checked_and_per_scheme() -> None:
     finally:
         ar.set_remote_reading()  # the defaults everywhere, per-scheme settings dropped
     assert remote_reading("s3") == RemoteReading()
+
+
+def test_obstore_reads_s3_only_when_asked() -> None:
+    # Off by default (a process that exits after obstore failed a request can abort):
+    # set_remote_reading(obstore=True) turns it on, other settings leave it, a call
+    # without arguments turns it off again.
+    pytest.importorskip("obstore", reason="obstore (asyncreader[obstore]) is not installed")
+    from asyncreader._io.obstore_client import obstore_client
+
+    url = "s3://bucket/file.tfrecord"
+    try:
+        assert obstore_client(url) is None
+        ar.set_remote_reading(obstore=True)
+        assert obstore_client(url) is not None
+        ar.set_remote_reading(read_ahead=1 << 20)
+        assert obstore_client(url) is not None
+        ar.set_remote_reading()
+        assert obstore_client(url) is None
+    finally:
+        ar.set_remote_reading()
