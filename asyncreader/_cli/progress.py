@@ -33,15 +33,19 @@ __all__ = [
 ]
 
 
-class NullProgress:
-    """Shows nothing."""
+class _Display:
+    """A display used as a context manager: :meth:`start` on entry, :meth:`finish` on exit."""
 
     __slots__ = ()
 
-    def update(self, completed: int, status: str) -> None:
-        """Ignore the update."""
+    def start(self) -> None:
+        """Start showing (nothing to do by default)."""
+
+    def finish(self) -> None:
+        """Stop showing (nothing to do by default)."""
 
     def __enter__(self) -> Self:
+        self.start()
         return self
 
     def __exit__(
@@ -50,10 +54,19 @@ class NullProgress:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        return None
+        self.finish()
 
 
-class PlainProgress:
+class NullProgress(_Display):
+    """Shows nothing."""
+
+    __slots__ = ()
+
+    def update(self, completed: int, status: str) -> None:
+        """Ignore the update."""
+
+
+class PlainProgress(_Display):
     """A text progress line.
 
     Args:
@@ -94,21 +107,14 @@ class PlainProgress:
         self._shown = line
         self._stream.flush()
 
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def finish(self) -> None:
+        """End the display (a terminal's line is closed)."""
         if self._tty and self._shown:
             self._stream.write("\n")
             self._stream.flush()
 
 
-class RichProgress:
+class RichProgress(_Display):
     """A rich progress bar with elapsed time and a status column.
 
     Args:
@@ -144,16 +150,12 @@ class RichProgress:
         """Move the bar and replace the status text."""
         self._progress.update(self._task, completed=completed, status=status)
 
-    def __enter__(self) -> Self:
+    def start(self) -> None:
+        """Start drawing."""
         self._progress.start()
-        return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def finish(self) -> None:
+        """Stop drawing."""
         self._progress.stop()
 
 
@@ -234,7 +236,7 @@ class _Rates:
         return _duration(left / (self.bytes / self.elapsed()))
 
 
-class PlainMeter:
+class PlainMeter(_Display):
     """Progress of a long run over files as plain lines: records, bytes, their rates, ETA.
 
     Args:
@@ -302,15 +304,8 @@ class PlainMeter:
         self._shown = line
         self._stream.flush()
 
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def finish(self) -> None:
+        """End the display (a terminal's line is closed)."""
         if self._shown_at != (self._rates.bytes, self._rates.records):
             self._show()
         if self._tty:
@@ -318,7 +313,7 @@ class PlainMeter:
             self._stream.flush()
 
 
-class RichMeter:
+class RichMeter(_Display):
     """A rich progress bar over the bytes of a run, with records/s, bytes/s and the ETA.
 
     Args:
@@ -373,37 +368,22 @@ class RichMeter:
             rate=f"{rates.records / rates.elapsed():,.0f}",
         )
 
-    def __enter__(self) -> Self:
+    def start(self) -> None:
+        """Start drawing."""
         self._progress.start()
-        return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def finish(self) -> None:
+        """Stop drawing."""
         self._progress.stop()
 
 
-class NullMeter:
+class NullMeter(_Display):
     """Shows nothing."""
 
     __slots__ = ()
 
     def advance(self, input_bytes: int, records: int) -> None:
         """Ignore the update."""
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        return None
 
 
 def make_meter(
