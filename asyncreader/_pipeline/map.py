@@ -67,10 +67,11 @@ from .._runtime.checkpoint import current_stage, outside_stage
 from .._runtime.context import current_checkpointer, current_session, track
 from .._runtime.stages import StageState, StageStatistics
 from .common import resolve_coordinator
+from .sources import as_source
 from .workers import WorkerDied, Workers
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator, Awaitable, Callable
+    from collections.abc import Awaitable, Callable
 
     from .._runtime.checkpoint import Checkpointer, RestoredWork, StageTask
     from .._runtime.coordinator import Coordinator
@@ -369,27 +370,9 @@ class MapStage(Generic[R]):
                 "results depend on task timing)"
             )
         # The source, made uniform: an async callable, or an async iterator.
-        self._call_source: Callable[[], Any] | None = None
-        self._iter_source: AsyncIterator[Any] | None = None
-        self._coro_source = False
-        if inspect.isasyncgenfunction(source):
-            src = getattr(source, "__name__", "source")
-            raise InvalidArgumentError(
-                f"{self._name}: got the async generator function {src!r}: pass the generator "
-                f"itself ({src}()), or an async callable returning one example per call"
-            )
-        if callable(source):
-            self._call_source = source
-            self._coro_source = inspect.iscoroutinefunction(source) or inspect.iscoroutinefunction(
-                type(source).__call__
-            )
-        elif hasattr(source, "__aiter__"):
-            self._iter_source = source.__aiter__()
-        else:
-            raise InvalidArgumentError(
-                f"{self._name}: the source must be an async callable or an async iterable "
-                f"of examples, not {type(source).__name__}"
-            )
+        self._call_source, self._iter_source, self._coro_source = as_source(
+            source, f"{self._name}:"
+        )
         coordinator = resolve_coordinator(coord, "map")
         # Examples fetched and not yet taken, in fetch order (the source's order).
         self._calls: collections.deque[_Call] = collections.deque()

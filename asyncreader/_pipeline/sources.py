@@ -122,6 +122,37 @@ def restore_error(tree: Any) -> AsyncReaderError:
     return AsyncReaderError(f"the example source raised {name}: {message}")
 
 
+def as_source(
+    source: object, where: str
+) -> tuple[Callable[[], Any] | None, AsyncIterator[Any] | None, bool]:
+    """Classify an example source: ``(async callable, None, is a coroutine function)`` or
+    ``(None, its async iterator, False)``.
+
+    Raises:
+        InvalidArgumentError: ``source`` is an async generator function rather than a
+            generator, or neither an async callable nor an async iterable (the message
+            starts with ``where``).
+    """
+    if inspect.isasyncgenfunction(source):
+        name = getattr(source, "__name__", "source")
+        raise InvalidArgumentError(
+            f"{where} got the async generator function {name!r}: pass the generator "
+            f"itself ({name}()), or an async callable returning one example per call"
+        )
+    if callable(source):
+        # Async functions skip the awaitable check on every call.
+        coro = inspect.iscoroutinefunction(source) or inspect.iscoroutinefunction(
+            type(source).__call__
+        )
+        return source, None, coro
+    if hasattr(source, "__aiter__"):
+        return None, source.__aiter__(), False
+    raise InvalidArgumentError(
+        f"{where} takes an async callable or an async iterable of examples, "
+        f"not {type(source).__name__}"
+    )
+
+
 class Source:
     """One example source, made uniform: ``await next()`` or OutOfRangeError at the end.
 
@@ -155,28 +186,13 @@ class Source:
         self.index = index
         self._what = what
         self._many = enqueue_many
-        self._coro = False
-        if inspect.isasyncgenfunction(source):
-            name = getattr(source, "__name__", "source")
-            raise InvalidArgumentError(
-                f"{what}() got the async generator function {name!r}: pass the generator "
-                f"itself ({name}()), or an async callable returning one example per call"
-            )
-        if callable(source):
-            self._call = source
-            # Async functions skip the awaitable check on every call.
-            self._coro = inspect.iscoroutinefunction(source) or inspect.iscoroutinefunction(
-                type(source).__call__
-            )
-        elif hasattr(source, "__aiter__"):
-            self._iter = source.__aiter__()
+        call, iterator, self._coro = as_source(source, f"{what}()")
+        if call is not None:
+            self._call = call
+        else:
+            self._iter = iterator
             # Several tasks may share one iterator; an async generator can't be re-entered.
             self._lock = anyio.Lock()
-        else:
-            raise InvalidArgumentError(
-                f"{what}() takes an async callable or an async iterable of examples, "
-                f"not {type(source).__name__}"
-            )
 
     async def next(self) -> Any:
         """Return the oldest pending example if there is one, else the source's next example.
