@@ -99,6 +99,16 @@ class TableReader(ReaderBase):
 
     # -- what a subclass provides ---------------------------------------------------------
 
+    def _shared_config(self) -> dict[str, object]:
+        # A shared reader of another database, columns or chunk size is another reader
+        # (the database as messages show it: a PostgreSQL password is not compared).
+        return {
+            "name": self._name,
+            "database": self.database,
+            "columns": self.columns,
+            "fetch_rows": self.fetch_rows,
+        }
+
     def _placeholder(self, index: int) -> str:
         raise NotImplementedError
 
@@ -393,14 +403,6 @@ class SQLiteReader(TableReader):
             database, columns=columns, fetch_rows=fetch_rows, name=name, on_error=on_error
         )
         self._path = os.fspath(database)
-
-    def _shared_config(self) -> dict[str, object]:
-        return {
-            "name": self._name,
-            "database": self._path,
-            "columns": self.columns,
-            "fetch_rows": self.fetch_rows,
-        }
 
     def _placeholder(self, index: int) -> str:
         return "?"

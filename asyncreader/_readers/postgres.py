@@ -230,14 +230,6 @@ class PostgresReader(TableReader):
         super().__init__(dsn, columns=columns, fetch_rows=fetch_rows, name=name, on_error=on_error)
         self._dsn = dsn
 
-    def _shared_config(self) -> dict[str, object]:
-        return {
-            "name": self._name,
-            "database": self.database,
-            "columns": self.columns,
-            "fetch_rows": self.fetch_rows,
-        }
-
     def _placeholder(self, index: int) -> str:
         return f"${index}"
 

@@ -768,3 +768,15 @@ async def test_postgres_client_errors_of_a_dropped_connection_are_data_loss() ->
     ):
         with pytest.raises(ar.DataLossError, match=r"db, table 't': " + type(exc).__name__):
             await _fetch(Dropped(exc), "db", "t", "SELECT 1", [])
+
+
+async def test_a_shared_sqlite_reader_is_one_reader_per_configuration(
+    sqlite_db: Path, tmp_path: Path
+) -> None:
+    async with ar.Session():
+        a = ar.SQLiteReader(sqlite_db, fetch_rows=50, shared_name="rows")
+        assert ar.SQLiteReader(sqlite_db, fetch_rows=50, shared_name="rows") is a
+        with pytest.raises(ar.InvalidArgumentError, match="fetch_rows"):
+            ar.SQLiteReader(sqlite_db, fetch_rows=60, shared_name="rows")
+        with pytest.raises(ar.InvalidArgumentError, match="database"):
+            ar.SQLiteReader(tmp_path / "other.db", fetch_rows=50, shared_name="rows")
