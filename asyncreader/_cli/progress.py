@@ -159,6 +159,19 @@ class RichProgress(_Display):
         self._progress.stop()
 
 
+def _resolve(kind: str, out: TextIO) -> str:
+    """The display ``kind`` (``"auto"``, ``"rich"``, ``"plain"``, ``"none"``) comes to on
+    ``out``: ``"none"``, ``"plain"`` or ``"rich"`` (``"auto"``: rich on a terminal when it
+    is installed, plain lines otherwise)."""
+    if kind == "auto":
+        return "rich" if out.isatty() and have_rich() else "plain"
+    if kind == "rich" and not have_rich():
+        raise ValueError("--progress rich needs rich: pip install 'asyncreader[cli]'")
+    if kind not in ("none", "plain", "rich"):
+        raise ValueError(f"unknown progress display {kind!r}")
+    return kind
+
+
 def have_rich() -> bool:
     """Return whether the optional ``rich`` package is installed."""
     try:
@@ -187,19 +200,12 @@ def make_progress(
         ValueError: ``kind`` is unknown, or ``"rich"`` was asked for without rich installed.
     """
     out = sys.stderr if stream is None else stream
-    if kind == "none":
+    shown = _resolve(kind, out)
+    if shown == "none":
         return NullProgress()
-    if kind == "plain":
+    if shown == "plain":
         return PlainProgress(total, description, out)
-    if kind == "rich":
-        if not have_rich():
-            raise ValueError("--progress rich needs rich: pip install 'asyncreader[cli]'")
-        return RichProgress(total, description, out)
-    if kind == "auto":
-        if out.isatty() and have_rich():
-            return RichProgress(total, description, out)
-        return PlainProgress(total, description, out)
-    raise ValueError(f"unknown progress display {kind!r}")
+    return RichProgress(total, description, out)
 
 
 def _duration(seconds: float) -> str:
@@ -402,16 +408,10 @@ def make_meter(
         ValueError: ``kind`` is unknown, or ``"rich"`` was asked for without rich installed.
     """
     out = sys.stderr if stream is None else stream
-    if kind == "none":
+    shown = _resolve(kind, out)
+    if shown == "none":
         return NullMeter()
-    if kind == "plain":
+    if shown == "plain":
         return PlainMeter(total, description, out)
-    if kind == "rich":
-        if not have_rich():
-            raise ValueError("--progress rich needs rich: pip install 'asyncreader[cli]'")
-        return RichMeter(total, description, out, force_terminal=True)
-    if kind == "auto":
-        if out.isatty() and have_rich():
-            return RichMeter(total, description, out)
-        return PlainMeter(total, description, out)
-    raise ValueError(f"unknown progress display {kind!r}")
+    # Asked for by name, the bar is drawn even where the stream is not a terminal.
+    return RichMeter(total, description, out, force_terminal=True if kind == "rich" else None)
