@@ -13,6 +13,7 @@ import os
 import re
 import secrets
 import subprocess
+import time
 import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -120,4 +121,9 @@ def namespace(ray_env: RayEnv) -> Iterator[str]:
     """A fresh namespace; the test must leave no named actor in it."""
     name = ray_env.namespace()
     yield name
+    # A killed actor leaves the cluster's name table a moment later (longer on a busy
+    # machine): wait for that, within a bound, rather than read it once.
+    deadline = time.monotonic() + 15
+    while ray_env.named_actors(name) and time.monotonic() < deadline:
+        time.sleep(0.1)
     assert ray_env.named_actors(name) == [], "the job's actors were not deleted"
