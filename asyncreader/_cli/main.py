@@ -19,6 +19,8 @@ usage error, 130 when interrupted with Ctrl-C. Bad input never shows a traceback
 from __future__ import annotations
 
 import argparse
+import os
+import signal
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -271,7 +273,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         argv: The arguments; default ``sys.argv[1:]``.
 
     Returns:
-        0 on success, 1 on a usage or data error, 130 when interrupted with Ctrl-C.
+        0 on success, 1 on a usage or data error, 130 when interrupted with Ctrl-C,
+        141 when standard output was closed early (``asyncreader inspect ... | head``:
+        the status a tool killed by ``SIGPIPE`` reports, without a traceback or message).
     """
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -327,9 +331,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("\ninterrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        return _reader_went_away()
     except (OSError, AsyncReaderError, CommandError) as exc:
         print(f"asyncreader {args.command}: error: {exc}", file=sys.stderr)
         return 1
+
+
+def _reader_went_away() -> int:
+    """Standard output's reader closed it: end quietly, as a tool killed by SIGPIPE would."""
+    # Python ignores SIGPIPE, so the interpreter's final flush of stdout would fail again
+    # and print a second error; point the descriptor at /dev/null first.
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, sys.stdout.fileno())
+    finally:
+        os.close(devnull)
+    return 128 + int(signal.SIGPIPE)
 
 
 if __name__ == "__main__":

@@ -573,3 +573,24 @@ def test_inspect_an_http_url(files: Path, tmp_path_factory: pytest.TempPathFacto
     found, missing = document["files"]
     assert (found["compression"], found["records"]) == ("GZIP", 2000)
     assert missing["error"]["type"] == "NotFoundError"
+
+
+def test_inspect_into_a_pipe_closed_early_ends_quietly(files: Path) -> None:
+    # `asyncreader inspect FILES | head -1`: the reader of standard output goes away while
+    # the tool still has files to describe. It ends at once with the status of a tool killed
+    # by SIGPIPE, and says nothing on standard error (no "Broken pipe", no traceback).
+    paths = [str(files / "lines.txt")] * 400  # far more output than a pipe buffers
+    with subprocess.Popen(
+        [sys.executable, "-m", "asyncreader", "inspect", "--progress", "none", *paths],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    ) as proc:
+        assert proc.stdout is not None
+        assert proc.stderr is not None
+        first = proc.stdout.readline()
+        proc.stdout.close()
+        err = proc.stderr.read()
+        returncode = proc.wait(timeout=60)
+    assert first.decode().strip().endswith("lines.txt")
+    assert err == b""
+    assert returncode == 128 + 13  # SIGPIPE
