@@ -12,8 +12,8 @@ hands batches of 128 to a consumer, once over the epoch:
   memory the first time), and its batches follow the files' order.
 * ``asyncreader``: ``string_input_producer`` -> ``FixedLengthRecordReader.read_batch`` ->
   ``decode_raw`` on the batch (a view of the block read) -> the same vectorised
-  augmentation on a worker thread -> ``shuffle_batch_join(..., enqueue_many=True)`` ->
-  ``async for`` consumer.
+  augmentation on worker threads (each 500-record chunk in two halves at once) ->
+  ``shuffle_batch_join(..., enqueue_many=True)`` -> ``async for`` consumer.
 * ``tf.data``: ``FixedLengthRecordDataset`` -> ``map`` (per example, parallel) ->
   ``shuffle`` -> ``batch`` -> ``prefetch``, the idiomatic form.
 * ``tf1-queues``: TensorFlow's own ``cifar10_input.distorted_inputs`` in graph mode

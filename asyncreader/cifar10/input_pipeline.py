@@ -45,7 +45,6 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
 
     from .._pipeline.batcher import Batcher
-    from .._records.batch import RecordBatch
 
 __all__ = [
     "IMAGE_SIZE",
@@ -83,6 +82,10 @@ DEFAULT_CHUNK = 500
 #: the chunk's own arrays made glibc give the memory back and fault it in again per call
 #: (measured at 128-image chunks: 0.6 s instead of 0.25 s per epoch).
 _AFFINE_BLOCK = 32
+
+#: Fewest images an ImageChunker hands a worker thread: smaller chunks are preprocessed on
+#: one thread, larger ones in two halves at once.
+_MIN_PIECE = 64
 
 #: Image arrays an ImageChunker keeps for reuse: one in the queue's hands, one being
 #: written, one spare.
@@ -160,16 +163,37 @@ def random_crop_and_flip(
     Raises:
         ValueError: ``size`` is not in ``1 .. min(height, width)``.
     """
-    n, _, height, width = images.shape
+    top, left, flip = _crop_draws(images.shape, size, rng)
+    return _crop_and_flip(images, size, top, left, flip)
+
+
+def _crop_draws(
+    shape: tuple[int, ...], size: int, rng: np.random.Generator
+) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any], np.ndarray[Any, Any]]:
+    """Draw :func:`random_crop_and_flip`'s offsets and flips for ``shape`` images:
+    ``(top, left, flip)``, ``flip`` a boolean mask."""
+    n, _, height, width = shape
     if not 0 < size <= min(height, width):
         raise ValueError(f"crop size {size} does not fit images of {height}x{width}")
-    # (n, channels, rows, cols, size, size) -> (n, rows, cols, size, size, channels).
-    windows = sliding_window_view(images, (size, size), axis=(2, 3)).transpose(0, 2, 3, 4, 5, 1)
     top = rng.integers(0, height - size + 1, n)
     left = rng.integers(0, width - size + 1, n)
+    return top, left, rng.random(n) < 0.5
+
+
+def _crop_and_flip(
+    images: np.ndarray[Any, Any],
+    size: int,
+    top: np.ndarray[Any, Any],
+    left: np.ndarray[Any, Any],
+    flip: np.ndarray[Any, Any],
+) -> np.ndarray[Any, Any]:
+    """Cut the drawn windows and flip the chosen crops (see :func:`random_crop_and_flip`)."""
+    n = images.shape[0]
+    # (n, channels, rows, cols, size, size) -> (n, rows, cols, size, size, channels).
+    windows = sliding_window_view(images, (size, size), axis=(2, 3)).transpose(0, 2, 3, 4, 5, 1)
     crops: np.ndarray[Any, Any] = windows[np.arange(n), top, left]
-    flip = np.flatnonzero(rng.random(n) < 0.5)
-    crops[flip] = crops[flip, :, ::-1]
+    flipped = np.flatnonzero(flip)
+    crops[flipped] = crops[flipped, :, ::-1]
     return crops
 
 
@@ -332,14 +356,38 @@ def _distort(
     distort_colours: bool,
     out: np.ndarray[Any, Any] | None,
 ) -> np.ndarray[Any, Any]:
-    crops = random_crop_and_flip(images, size, rng)
-    n = crops.shape[0]
+    return _apply_distortions(
+        images, _draw_distortions(images.shape, rng, size, distort_colours), size, out
+    )
+
+
+#: One chunk's random choices: crop offsets ``top`` and ``left``, the ``flip`` mask and
+#: the contrast ``factor``, one entry per image.
+_Draws = tuple[
+    np.ndarray[Any, Any], np.ndarray[Any, Any], np.ndarray[Any, Any], np.ndarray[Any, Any]
+]
+
+
+def _draw_distortions(
+    shape: tuple[int, ...], rng: np.random.Generator, size: int, distort_colours: bool
+) -> _Draws:
+    """Draw every random choice :func:`distort_images` makes for ``shape`` images, in its
+    order, so that any slice of the images can then be distorted apart from the rest."""
+    top, left, flip = _crop_draws(shape, size, rng)
+    n = shape[0]
     if distort_colours:
         rng.uniform(-63.0, 63.0, n)  # brightness: cancelled by the standardisation
         factor = rng.uniform(0.2, 1.8, n)
     else:
         factor = np.ones(n)
-    return _standardize_affine(crops, factor, out)
+    return top, left, flip, factor
+
+
+def _apply_distortions(
+    images: np.ndarray[Any, Any], draws: _Draws, size: int, out: np.ndarray[Any, Any] | None
+) -> np.ndarray[Any, Any]:
+    top, left, flip, factor = draws
+    return _standardize_affine(_crop_and_flip(images, size, top, left, flip), factor, out)
 
 
 def _standardize_affine(
@@ -422,9 +470,12 @@ class ImageChunker:
 
     Each call reads up to ``chunk_size`` records from the current file with one
     ``read_batch``, decodes them with one ``decode_raw`` (a view of the block the reader
-    read: no ``bytes`` object per record and no join) and preprocesses them on a worker
-    thread (numpy releases the GIL in its copies and arithmetic, so several chunkers
-    preprocess in parallel while the event loop keeps serving the queues). It returns
+    read: no ``bytes`` object per record and no join) and preprocesses them on worker
+    threads (numpy releases the GIL in its copies and arithmetic, so chunkers preprocess
+    in parallel while the event loop keeps serving the queues). A chunk of 128 images or
+    more is preprocessed in two halves on two threads at once, so that one reader still
+    uses two cores when the others have run out of files; its random choices are all
+    drawn first, in :func:`distort_images`' order, so the images are the same. It returns
     ``(images, labels)`` with a leading chunk dimension; it raises
     :class:`~asyncreader.OutOfRangeError` when the file name queue is exhausted.
 
@@ -492,24 +543,54 @@ class ImageChunker:
             spares.append(out)
         return out
 
-    def _preprocess(
-        self, records: RecordBatch
-    ) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
-        # The decoded records view the reader's block; the crops below copy out of it, so
-        # nothing queued downstream keeps the block alive.
-        images, labels = parse_records(decode_raw(records, np.uint8))
-        out = self._output(len(images))
-        if self._distort:
-            return _distort(images, self._rng, IMAGE_SIZE, self._colours, out), labels
-        crops = central_crop(images, IMAGE_SIZE)
-        return _standardize_affine(crops, np.ones(len(crops)), out), labels
+    def _fill(
+        self,
+        images: np.ndarray[Any, Any],
+        draws: _Draws | None,
+        out: np.ndarray[Any, Any],
+        start: int,
+        stop: int,
+    ) -> None:
+        """Preprocess images ``start`` to ``stop`` into the same rows of ``out``."""
+        part = slice(start, stop)
+        if draws is None:
+            crops = central_crop(images[part], IMAGE_SIZE)
+            _standardize_affine(crops, np.ones(stop - start), out[part])
+        else:
+            top, left, flip, factor = draws
+            piece = (top[part], left[part], flip[part], factor[part])
+            _apply_distortions(images[part], piece, IMAGE_SIZE, out[part])
 
     async def __call__(self) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
         records = await self._reader.read_batch(self._queue, self._chunk)
         self.records += len(records)
-        # One chunker never preprocesses two chunks at once (it is one runner task), so its
-        # generator is never shared between threads.
-        return await anyio.to_thread.run_sync(self._preprocess, records)
+        # The decoded records view the reader's block; the crops copy out of it, so nothing
+        # queued downstream keeps the block alive.
+        images, labels = parse_records(decode_raw(records, np.uint8))
+        n = len(images)
+        # Every random choice is drawn here, in distort_images' order, so the pieces below
+        # give the images one call would, and the generator is never touched by a thread.
+        if self._distort:
+            draws = _draw_distortions(images.shape, self._rng, IMAGE_SIZE, self._colours)
+        else:
+            draws = None
+            central_crop(images, IMAGE_SIZE)  # raises here if the size does not fit
+        out = self._output(n)
+        if n < 2 * _MIN_PIECE:
+            await anyio.to_thread.run_sync(self._fill, images, draws, out, 0, n)
+        else:
+            # Two halves on two worker threads (numpy releases the GIL in its copies and
+            # arithmetic): a reader still uses two cores when the other readers have run
+            # out of files (five files over two readers) or are waiting for room.
+            half = n // 2
+            try:
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(anyio.to_thread.run_sync, self._fill, images, draws, out, half, n)
+                    await anyio.to_thread.run_sync(self._fill, images, draws, out, 0, half)
+            except ExceptionGroup as group:
+                # A piece failed: raise its error as a single thread would have.
+                raise group.exceptions[0] from None
+        return out, labels
 
     def __repr__(self) -> str:
         kind = "distorted" if self._distort else "eval"

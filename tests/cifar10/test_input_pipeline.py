@@ -216,3 +216,114 @@ async def test_chunker_reuses_an_images_array_only_once_nothing_references_it(
             np.testing.assert_array_equal(kept, want[5:7])
         if i > LOOSE:
             np.testing.assert_array_equal(chunks[i - LOOSE - 1], want)
+
+
+@pytest.mark.both_backends
+@pytest.mark.anyio
+async def test_large_chunks_are_preprocessed_in_two_halves_at_once(
+    small_cifar10: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A chunk of at least two pieces is standardised on two worker threads at the same
+    time (each half waits for the other at a barrier), and the images equal one
+    distort_images call on the whole chunk; a short chunk takes one thread."""
+    import threading
+
+    from asyncreader.cifar10 import input_pipeline
+
+    standardize = input_pipeline._standardize_affine
+    barrier = threading.Barrier(2, timeout=10)
+    sizes: list[int] = []
+
+    def meeting(crops: np.ndarray, factor: np.ndarray, out: np.ndarray) -> np.ndarray:
+        sizes.append(len(crops))
+        if len(crops) == 75:
+            barrier.wait()  # BrokenBarrierError unless the other half runs meanwhile
+        return standardize(crops, factor, out)
+
+    monkeypatch.setattr(input_pipeline, "_standardize_affine", meeting)
+    path = small_cifar10 / cifar10.TRAIN_FILES[0]
+    seed = [5, 6]
+    queue = await _file_queue(path)
+    async with ar.FixedLengthRecordReader(cifar10.RECORD_BYTES) as reader:
+        chunker = cifar10.ImageChunker(reader, queue, chunk_size=150, seed=seed)
+        with anyio.fail_after(30):
+            chunks = await _drain(chunker)
+    assert sorted(sizes) == [50, 75, 75]
+    rng = np.random.default_rng(seed)
+    records = _records(path)
+    for i, (images, labels) in enumerate(chunks):
+        want_images, want_labels = cifar10.parse_records(records[i * 150 : (i + 1) * 150])
+        np.testing.assert_array_equal(images, cifar10.distort_images(want_images, rng))
+        np.testing.assert_array_equal(labels, want_labels)
+
+
+@pytest.mark.both_backends
+@pytest.mark.anyio
+async def test_an_error_in_one_half_is_raised_as_itself(
+    small_cifar10: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from asyncreader.cifar10 import input_pipeline
+
+    def fail(crops: np.ndarray, factor: np.ndarray, out: np.ndarray) -> np.ndarray:
+        raise MemoryError("no room for the crops")
+
+    monkeypatch.setattr(input_pipeline, "_standardize_affine", fail)
+    queue = await _file_queue(small_cifar10 / cifar10.TEST_FILE)
+    async with ar.FixedLengthRecordReader(cifar10.RECORD_BYTES) as reader:
+        chunker = cifar10.ImageChunker(reader, queue, chunk_size=200, distort=False)
+        with anyio.fail_after(20), pytest.raises(MemoryError, match="no room"):
+            await chunker()
+
+
+@pytest.mark.both_backends
+@pytest.mark.anyio
+async def test_cancelling_a_chunker_waits_for_both_halves_then_ends(
+    small_cifar10: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A cancelled call does not leave a half running on a worker thread behind it: it
+    ends only once both halves are done, and the next call reads on from the next chunk."""
+    import threading
+
+    from asyncreader.cifar10 import input_pipeline
+
+    standardize = input_pipeline._standardize_affine
+    release = threading.Event()
+    both_started = threading.Event()
+    started: list[int] = []
+    finished: list[int] = []
+
+    def slow(crops: np.ndarray, factor: np.ndarray, out: np.ndarray) -> np.ndarray:
+        started.append(len(crops))
+        if len(started) == 2:
+            both_started.set()
+        release.wait(10)
+        result = standardize(crops, factor, out)
+        finished.append(len(crops))
+        return result
+
+    monkeypatch.setattr(input_pipeline, "_standardize_affine", slow)
+    queue = await _file_queue(small_cifar10 / cifar10.TEST_FILE)
+    async with ar.FixedLengthRecordReader(cifar10.RECORD_BYTES) as reader:
+        chunker = cifar10.ImageChunker(reader, queue, chunk_size=150, distort=False)
+        with anyio.fail_after(20):
+            scope = anyio.CancelScope()
+
+            async def call() -> None:
+                with scope:
+                    await chunker()
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(call)
+                assert await anyio.to_thread.run_sync(both_started.wait, 10)
+                scope.cancel()
+                await anyio.sleep(0.05)
+                assert finished == []  # the call still waits for its halves
+                release.set()
+            # Cancelled with its halves done (asyncio raises the cancellation as the thread
+            # call returns; trio lets that call finish, as trio.to_thread does).
+            assert sorted(finished) == [75, 75]
+            images, labels = await chunker()
+    assert len(labels) == 50
+    monkeypatch.undo()
+    want, _ = cifar10.parse_records(_records(small_cifar10 / cifar10.TEST_FILE)[150:])
+    np.testing.assert_array_equal(images, cifar10.eval_images(want))
