@@ -14,6 +14,10 @@ fsspec's own event loop, ahead of the reader, in a window bounded in bytes:
   seek followed by a short read (records read again by key) fetches little more than it
   asked for.
 
+Opening a file costs one round trip: where the client can tell (obstore), the file's size
+comes from the ``Content-Range`` of the answer to the first range request, whose body is
+the file's first part; other clients ask for the size first.
+
 So one reader is not bound to the latency of one request: with the default window
 (64 MiB, 8 requests) a link of 50 ms per request still streams 8 parts at a time.
 
@@ -275,15 +279,22 @@ class RemoteClient(Protocol):
     """How a :class:`RangeFile` asks for one file's size and byte ranges.
 
     ``setup`` returns the client's one-time set-up to await on ``loop`` first, if any;
-    ``size`` and ``get`` are coroutines run on ``loop`` (one attempt each: the range file
-    retries them); ``get`` returns a bytes-like object of ``end - start``
-    bytes, fewer only where the file ends.
+    ``first``, ``size`` and ``get`` are coroutines run on ``loop`` (one attempt each: the
+    range file retries them). ``get`` returns a bytes-like object of ``end - start``
+    bytes, fewer only where the file ends. ``first`` asks for the file's first range and
+    returns, once the answer's headers are in, the file's size (from the answer's
+    ``Content-Range``) and a function returning its body, as ``get`` would; ``None`` when
+    the client cannot (then ``size`` is asked) or the file is empty.
     """
 
     @property
     def loop(self) -> asyncio.AbstractEventLoop: ...
 
     def setup(self) -> Awaitable[Any] | None: ...
+
+    async def first(
+        self, start: int, end: int
+    ) -> tuple[int, Callable[[], Awaitable[Any]]] | None: ...
 
     async def size(self) -> int | None: ...
 
@@ -312,6 +323,9 @@ class FsspecClient:
             setup: Awaitable[Any] = set_session()
             return setup
         return None
+
+    async def first(self, start: int, end: int) -> tuple[int, Callable[[], Awaitable[Any]]] | None:
+        return None  # fsspec's ranged reads do not tell the size: asked for apart
 
     async def size(self) -> int | None:
         size = (await self._fs._info(self._path)).get("size")
@@ -361,13 +375,56 @@ class RangeFile:
         if setup is not None:
             with map_io_errors(name):
                 self._submit(setup).result()
-        self.size: int | None = self._wait(self._submit(self._size()), 0)
+        # The size comes with the answer to the first range request where the client can
+        # tell it: one round trip per file less than asking for it first. That request's
+        # body is the file's first part, fetched on while the reader starts.
+        first = min(settings.part_size, settings.read_ahead)
+        self.size: int | None = None
+        opened = self._wait(self._submit(self._open(first)), 0)
+        if isinstance(opened, tuple):
+            size, body = opened
+            self.size = size
+            end = min(first, size)
+            self._parts.append(_Part(0, end, self._submit(self._body(body, 0, end))))
+            self._next = end
+        else:
+            self.size = opened
 
     # -- on the client's loop ----------------------------------------------------------
 
-    async def _size(self) -> int | None:
+    async def _open(self, first: int) -> int | tuple[int, Callable[[], Awaitable[Any]]] | None:
+        """The file's size, and the first ``first`` bytes' body where the client can."""
+        if first > 0:
+            got = await self._retrying(
+                functools.partial(self._client.first, 0, first), "opening", 0
+            )
+            if got is not None:
+                opened: tuple[int, Callable[[], Awaitable[Any]]] = got
+                return opened
         size: int | None = await self._retrying(self._client.size, "opening", 0)
         return size
+
+    async def _body(self, body: Callable[[], Awaitable[Any]], start: int, end: int) -> Any:
+        """The body of the first request, bytes ``[start, end)``; a failure part-way asks
+        for them again from the byte reached, within the budget."""
+        timeout = self._settings.request_timeout
+        try:
+            data = await asyncio.wait_for(body(), timeout)
+        except Exception as exc:
+            if _permanent(exc):
+                raise
+            data = b""  # asked for again below, with the retries of any request
+        if len(data) > end - start:
+            raise FailedPreconditionError(
+                f"the server answered a request for bytes {start}-{end - 1} with "
+                f"{len(data)} bytes: it does not serve byte ranges",
+                work_item=self._name,
+                offset=start,
+            )
+        if len(data) < end - start:
+            rest = await self._fetch(start + len(data), end)
+            return bytes(data) + rest if data else rest
+        return data
 
     async def _retrying(self, attempt: Callable[[], Awaitable[Any]], doing: str, at: int) -> Any:
         """Await ``attempt()`` under the timeout, retried within the budget."""
