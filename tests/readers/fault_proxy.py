@@ -13,7 +13,7 @@ request it sees, may inject a fault:
   server does, then listen again on the same port, as a restarted one does.
 
 Counters (``requests``, ``faults``) let tests check that the faults really happened;
-``request_lines`` has the first line of every request seen.
+``request_lines`` has the first line of every request seen, with its ``Range`` header.
 """
 
 from __future__ import annotations
@@ -136,7 +136,9 @@ class FaultProxy:
         """Count a request and inject its fault; return whether to forward it."""
         with self._lock:
             self.requests += 1
-            self.request_lines.append(data.partition(b"\r\n")[0])
+            headers = data.partition(b"\r\n\r\n")[0].split(b"\r\n")
+            ranges = [h for h in headers[1:] if h.lower().startswith(b"range:")]
+            self.request_lines.append(b" ".join([headers[0], *ranges]))
             delay = 0.0
             if self.delay and (self.delay_requests is None or self.delay_requests > 0):
                 delay = self.delay
