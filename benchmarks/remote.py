@@ -1,7 +1,8 @@
 """Remote reading speed: ``read_batch`` over ``s3://`` (and ``http://``) against fetching the
 same objects whole with the same client, concurrently, in the same run.
 
-Run: ``python benchmarks/remote.py [--scale 1.0] [--quick] [--no-nginx] [--no-obstore]``
+Run: ``python benchmarks/remote.py [--scale 1.0] [--quick] [--repeats 5] [--no-nginx]
+[--no-obstore]``
 
 The script starts moto's S3 server (``moto[server]``) on loopback, uploads TFRecord files
 of 100-byte and of 100 KiB records (4 files each, 24 MB a file of 100 KiB records and
@@ -224,8 +225,9 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="one run each, no tables")
     parser.add_argument("--no-nginx", action="store_true")
     parser.add_argument("--no-obstore", action="store_true")
+    parser.add_argument("--repeats", type=int, help="timed rounds (default 5; 1 with --quick)")
     args = parser.parse_args()
-    repeats = 1 if args.quick else 5
+    repeats = args.repeats or (1 if args.quick else 5)
 
     import s3fs
 
@@ -282,14 +284,26 @@ def main() -> None:
             print("read-ahead window x concurrency, s3 100 KiB records, 1 reader:\n")
             print(HEADER)
             print(RULE)
-            raw = best(raw_s3(urls), repeats)
+            configs = [(w << 20, c) for w in (4, 16, 64) for c in (1, 4, 8)]
+
+            def config(window: int, concurrency: int) -> Callable[[], None]:
+                def set_up() -> None:
+                    # obstore named each time: a call with the defaults alone turns it off
+                    ar.set_remote_reading(
+                        read_ahead=window, concurrency=concurrency, obstore=CLIENT == "obstore"
+                    )
+
+                return set_up
+
+            raw, *config_t = interleaved(
+                [raw_s3(urls), *(functools.partial(drain, urls, 1, records) for _ in configs)],
+                repeats,
+                before=[config(64 << 20, 8), *(config(w, c) for w, c in configs)],
+            )
             ref = total / raw / 1e6
-            for window in (4 << 20, 16 << 20, 64 << 20):
-                for concurrency in (1, 4, 8):
-                    ar.set_remote_reading(read_ahead=window, concurrency=concurrency)
-                    t = best(lambda: drain(urls, 1, records), repeats)
-                    name = f"read_ahead {window >> 20} MiB, concurrency {concurrency}"
-                    print(row(name, t, records, total, ref))
+            for (window, concurrency), t in zip(configs, config_t, strict=True):
+                name = f"read_ahead {window >> 20} MiB, concurrency {concurrency}"
+                print(row(name, t, records, total, ref))
             ar.set_remote_reading(obstore=CLIENT == "obstore")
             print()
 
