@@ -394,7 +394,12 @@ class RangeFile:
         # body is the file's first part, fetched on while the reader starts.
         self.size: int | None = None
         self._opening: Future[Any] | None = self._submit(
-            self._open(min(settings.part_size, settings.read_ahead), not wait)
+            self._open(
+                # Opened ahead: the whole window in one request, so that one round trip
+                # brings a file of up to the window's size.
+                settings.read_ahead if not wait else min(settings.part_size, settings.read_ahead),
+                not wait,
+            )
         )
         if wait:
             self.opened()
