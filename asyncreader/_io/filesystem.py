@@ -450,12 +450,12 @@ def prefetch_work_item(work: WorkItem) -> Prefetched | None:
     """Begin opening the remote file ``work`` names, for the reader that opens it next.
 
     A reader about to read its current file calls this with the work item its queue will
-    hand out next, so that the next file's first request (its size and first part) is
-    answered while the current file is read: with latency per request, files are no
-    longer opened one round trip after another. It holds at most one part
-    (:attr:`~asyncreader._io.remote.RemoteReading.part_size`, at most the read-ahead
-    window) until a reader opens the file or the caller discards it. Nothing is taken
-    from the queue; :func:`open_work_item` of the same URL, by any reader, takes the
+    hand out next, so that the next file's first window (its size with it) is fetched
+    while the current file is read: with latency per request, files are no longer opened
+    one round trip after another. It holds at most the read-ahead window
+    (:attr:`~asyncreader._io.remote.RemoteReading.read_ahead`) until a reader opens the
+    file or the caller discards it. Nothing is taken from the queue;
+    :func:`open_work_item` of the same URL, by any reader, takes the
     open. Local files, streams and URLs already begun return ``None``; so does any error
     (the real open reports it).
     """

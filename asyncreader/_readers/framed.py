@@ -172,8 +172,8 @@ class FramedReader(BufferedReader):
 
     def _open_ahead(self) -> None:
         """Begin opening the remote file the work queue hands out next (noted when this
-        one was taken), so that its first answer arrives while this one is read. Memory:
-        one range request's part (see prefetch_work_item) besides the open file's window."""
+        one was taken), so that its first window arrives while this one is read. Memory:
+        up to one read-ahead window besides the open file's (see prefetch_work_item)."""
         hint, self._work_hint = self._work_hint, None
         stale, self._prefetched = self._prefetched, None
         if stale is not None:
