@@ -1,11 +1,14 @@
 """Remote reading speed: ``read_batch`` over ``s3://`` (and ``http://``) against fetching the
 same objects whole with the same client, concurrently, in the same run.
 
-Run: ``python benchmarks/remote.py [--scale 1.0] [--quick] [--no-nginx] [--no-obstore]``
+Run: ``python benchmarks/remote.py [--scale 1.0] [--quick] [--repeats 5] [--no-nginx]
+[--no-obstore]``
 
 The script starts moto's S3 server (``moto[server]``) on loopback, uploads TFRecord files
 of 100-byte and of 100 KiB records (4 files each, 24 MB a file of 100 KiB records and
-8 MB of 100-byte records at scale 1), and times, best of three wall-clock runs:
+8 MB of 100-byte records at scale 1), and times, median of five wall-clock runs after a
+warm-up, the runs compared interleaved (one of each per round, so load from elsewhere on
+the machine falls on all of them alike; the load average is printed):
 
 * ``raw``: the client the readers use for ``s3://`` (obstore when installed, else s3fs's
   ``fs.cat``) fetching every file whole, concurrently: the reference of the "vs raw"
@@ -16,7 +19,8 @@ of 100-byte and of 100 KiB records (4 files each, 24 MB a file of 100 KiB record
 * a table of the read-ahead window and concurrency (``set_remote_reading``) for the 100 KiB
   files, one reader;
 * the same with 50 ms added to every request by a delaying proxy on loopback (the tests'
-  ``fault_proxy``), raw and ``read_batch`` both through it;
+  ``fault_proxy``), raw and ``read_batch`` both through it, against ``read_batch``
+  through the same proxy without the delay (the proxy's own copying is not latency);
 * the client comparison: obstore (the Rust ``object_store`` client) fetching the same
   objects whole and as 8 MiB ranges, concurrently, next to s3fs doing the same
   (``--no-obstore`` skips it; it is not a dependency of asyncreader);
@@ -35,6 +39,7 @@ import asyncio
 import functools
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -90,16 +95,35 @@ def tfrecord_file(record: int, total: int) -> tuple[bytes, int, int]:
     return framed * n, n, n * record
 
 
-def best(fn: Callable[[], Awaitable[float | None]], repeats: int) -> float:
-    """The best of ``repeats`` runs of ``fn`` after one warm-up run (clients connected,
-    sessions made): the time it returns, else its wall-clock time."""
-    times = []
+def timed(fn: Callable[[], Awaitable[float | None]]) -> float:
+    """One run of ``fn``: the time it returns, else its wall-clock time."""
+    start = time.perf_counter()
+    took: float | None = asyncio.run(fn())  # type: ignore[arg-type]
+    return time.perf_counter() - start if took is None else took
+
+
+def interleaved(
+    fns: list[Callable[[], Awaitable[float | None]]],
+    repeats: int,
+    before: list[Callable[[], None]] | None = None,
+) -> list[float]:
+    """The median time of each of ``fns`` over ``repeats`` rounds after a warm-up round
+    (clients connected, sessions made), one run of each per round in turn; ``before[i]``
+    runs untimed before each run of ``fns[i]``."""
+    times: list[list[float]] = [[] for _ in fns]
     for i in range(repeats + 1):
-        start = time.perf_counter()
-        took: float | None = asyncio.run(fn())  # type: ignore[arg-type]
-        if i:
-            times.append(time.perf_counter() - start if took is None else took)
-    return min(times)
+        for j, fn in enumerate(fns):
+            if before is not None:
+                before[j]()
+            took = timed(fn)
+            if i:
+                times[j].append(took)
+    return [statistics.median(t) for t in times]
+
+
+def best(fn: Callable[[], Awaitable[float | None]], repeats: int) -> float:
+    """The median time of ``fn`` over ``repeats`` runs after a warm-up run."""
+    return interleaved([fn], repeats)[0]
 
 
 async def drain(urls: list[str], readers: int, records: int) -> None:
@@ -201,8 +225,9 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="one run each, no tables")
     parser.add_argument("--no-nginx", action="store_true")
     parser.add_argument("--no-obstore", action="store_true")
+    parser.add_argument("--repeats", type=int, help="timed rounds (default 5; 1 with --quick)")
     args = parser.parse_args()
-    repeats = 1 if args.quick else 3
+    repeats = args.repeats or (1 if args.quick else 5)
 
     import s3fs
 
@@ -232,17 +257,23 @@ def main() -> None:
                 (tmp / name).write_bytes(data)
             files[label] = (names, n * FILES, payload * FILES, len(data) * FILES)
         s3_conf(endpoint)
-        print(f"moto S3 server on loopback; {FILES} files per kind; best of {repeats}\n")
+        load = os.getloadavg()
+        print(
+            f"moto S3 server on loopback; {FILES} files per kind; median of {repeats}, "
+            f"interleaved; load average {load[0]:.1f} {load[1]:.1f} {load[2]:.1f}\n"
+        )
         print(HEADER)
         print(RULE)
         results: dict[str, float] = {}
         for label, (names, records, _, total) in files.items():
             urls = [f"s3://{BUCKET}/{n}" for n in names]
-            raw = best(raw_s3(urls), repeats)
+            raw, *readers_t = interleaved(
+                [raw_s3(urls), *(functools.partial(drain, urls, r, records) for r in (1, 4))],
+                repeats,
+            )
             ref = total / raw / 1e6
             print(row(f"s3 {label}: raw {CLIENT}, whole, concurrent", raw, 0, total, None))
-            for readers in (1, 4):
-                t = best(functools.partial(drain, urls, readers, records), repeats)
+            for readers, t in zip((1, 4), readers_t, strict=True):
                 results[f"{label}/{readers}"] = total / t / 1e6 / ref
                 name = f"s3 {label}: read_batch, {readers} reader(s)"
                 print(row(name, t, records, total, ref))
@@ -253,14 +284,26 @@ def main() -> None:
             print("read-ahead window x concurrency, s3 100 KiB records, 1 reader:\n")
             print(HEADER)
             print(RULE)
-            raw = best(raw_s3(urls), repeats)
+            configs = [(w << 20, c) for w in (4, 16, 64) for c in (1, 4, 8)]
+
+            def config(window: int, concurrency: int) -> Callable[[], None]:
+                def set_up() -> None:
+                    # obstore named each time: a call with the defaults alone turns it off
+                    ar.set_remote_reading(
+                        read_ahead=window, concurrency=concurrency, obstore=CLIENT == "obstore"
+                    )
+
+                return set_up
+
+            raw, *config_t = interleaved(
+                [raw_s3(urls), *(functools.partial(drain, urls, 1, records) for _ in configs)],
+                repeats,
+                before=[config(64 << 20, 8), *(config(w, c) for w, c in configs)],
+            )
             ref = total / raw / 1e6
-            for window in (4 << 20, 16 << 20, 64 << 20):
-                for concurrency in (1, 4, 8):
-                    ar.set_remote_reading(read_ahead=window, concurrency=concurrency)
-                    t = best(lambda: drain(urls, 1, records), repeats)
-                    name = f"read_ahead {window >> 20} MiB, concurrency {concurrency}"
-                    print(row(name, t, records, total, ref))
+            for (window, concurrency), t in zip(configs, config_t, strict=True):
+                name = f"read_ahead {window >> 20} MiB, concurrency {concurrency}"
+                print(row(name, t, records, total, ref))
             ar.set_remote_reading(obstore=CLIENT == "obstore")
             print()
 
@@ -270,17 +313,36 @@ def main() -> None:
         print("50 ms added to every request (delaying proxy), s3 100 KiB records:\n")
         print(HEADER)
         print(RULE)
-        no_latency = best(lambda: drain(urls, 1, records), repeats)
-        print(row("read_batch, 1 reader, no added latency", no_latency, records, total, None))
-        s3_conf(proxy.url)
-        proxy.delay = 0.05
-        raw = best(raw_s3(urls), repeats)
+
+        def through(delay: float | None) -> Callable[[], None]:
+            def set_up() -> None:
+                if delay is None:
+                    s3_conf(endpoint)
+                else:
+                    s3_conf(proxy.url)  # type: ignore[union-attr]
+                    proxy.delay = delay  # type: ignore[union-attr]
+
+            return set_up
+
+        def one_reader() -> Awaitable[None]:
+            return drain(urls, 1, records)
+
+        direct, no_latency, raw, slow = interleaved(
+            [one_reader, one_reader, raw_s3(urls), one_reader],
+            repeats,
+            before=[through(None), through(0.0), through(0.05), through(0.05)],
+        )
+        print(row("read_batch, 1 reader, direct", direct, records, total, None))
+        name = "read_batch, 1 reader, proxy, no added latency"
+        print(row(name, no_latency, records, total, None))
         ref = total / raw / 1e6
         print(row(f"raw {CLIENT}, whole, concurrent, +50 ms", raw, 0, total, None))
-        slow = best(lambda: drain(urls, 1, records), repeats)
         print(row("read_batch, 1 reader, +50 ms", slow, records, total, ref))
         slowdown = slow / no_latency
-        print(f"\n+50 ms per request: {slowdown:.2f}x the time without (bar: <= 2x)\n")
+        print(
+            f"\n+50 ms per request: {slowdown:.2f}x the time through the proxy without it "
+            f"({slow / direct:.2f}x the time direct; bar: <= 2x)\n"
+        )
         proxy.close()
         proxy = None
         s3_conf(endpoint)

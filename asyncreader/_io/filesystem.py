@@ -23,6 +23,7 @@ import errno
 import io
 import os
 import re
+import threading
 from typing import TYPE_CHECKING, Any, Final, Protocol, runtime_checkable
 
 from .._errors import (
@@ -42,12 +43,14 @@ if TYPE_CHECKING:
 
 __all__ = [
     "READ_BLOCK",
+    "Prefetched",
     "match_work_items",
     "pattern_names",
     "RandomAccessFile",
     "WorkItem",
     "is_url",
     "open_work_item",
+    "prefetch_work_item",
     "read_whole",
     "remote_timeouts",
     "set_remote_timeouts",
@@ -370,10 +373,9 @@ _EXTRAS: Final = {
 }
 
 
-def _open_url(url: str, name: str | bytes) -> RandomAccessFile:
+def _url_fs(url: str, name: str | bytes) -> tuple[Any, str, str | None]:
+    """fsspec's filesystem of ``url``, the path in it, and the URL's scheme."""
     scheme = _SCHEME.match(url)
-    if scheme is not None and scheme[1].lower() == "file":
-        return _LocalFile(url[len("file://") :], name)
     try:
         import fsspec
     except ImportError:
@@ -394,25 +396,126 @@ def _open_url(url: str, name: str | bytes) -> RandomAccessFile:
             # No total limit (a large file may take long): each wait for the server is.
             timeout = aiohttp.ClientTimeout(total=None, sock_connect=connect, sock_read=read)
             options["client_kwargs"] = {"timeout": timeout}
+    with map_io_errors(name):
+        try:
+            fs, path = fsspec.core.url_to_fs(url, **options)
+        except (ImportError, ValueError) as exc:
+            hint = _EXTRAS.get(scheme[1].lower(), "") if scheme is not None else ""
+            raise FailedPreconditionError(
+                f"no filesystem for {url!r}: {exc}{hint}", work_item=name
+            ) from exc
+    return fs, path, scheme_name
+
+
+def _range_file(
+    fs: Any, path: str, url: str, scheme_name: str | None, name: str | bytes, *, wait: bool
+) -> RangeFile:
+    # Object stores and web servers: concurrent range requests ahead of the reader, with
+    # timeouts and retries (see asyncreader._io.remote); s3:// through obstore when it is
+    # enabled (measured faster).
+    client: RemoteClient | None = None
+    if scheme_name in ("s3", "s3a"):
+        client = obstore_client(url)
+    if client is None:
+        client = FsspecClient(fs, path)
+    return RangeFile(client, name, remote_reading(scheme_name), wait=wait)
+
+
+# Remote files whose open was begun ahead (prefetch_work_item), by URL: whichever reader
+# opens the URL next takes it.
+_ahead: dict[str, RangeFile] = {}
+_ahead_lock = threading.Lock()
+
+
+class Prefetched:
+    """A remote file opened ahead of its reader (see :func:`prefetch_work_item`)."""
+
+    __slots__ = ("file", "url")
+
+    def __init__(self, url: str, file: RangeFile) -> None:
+        self.url = url
+        self.file = file
+
+    def discard(self) -> None:
+        """Close the file unless a reader took it. Blocks briefly (no I/O)."""
+        with _ahead_lock:
+            mine = _ahead.get(self.url) is self.file
+            if mine:
+                del _ahead[self.url]
+        if mine:
+            self.file.close()
+
+
+def prefetch_work_item(work: WorkItem) -> Prefetched | None:
+    """Begin opening the remote file ``work`` names, for the reader that opens it next.
+
+    A reader about to read its current file calls this with the work item its queue will
+    hand out next, so that the next file's first window (its size with it) is fetched
+    while the current file is read: with latency per request, files are no longer opened
+    one round trip after another. It holds at most the read-ahead window
+    (:attr:`~asyncreader._io.remote.RemoteReading.read_ahead`) until a reader opens the
+    file or the caller discards it. Nothing is taken from the queue;
+    :func:`open_work_item` of the same URL, by any reader, takes the
+    open. Local files, streams and URLs already begun return ``None``; so does any error
+    (the real open reports it).
+    """
+    name: str | bytes = os.fspath(work)
+    if not is_url(name):
+        return None
+    url = os.fsdecode(name)
+    scheme = _SCHEME.match(url)
+    if scheme is not None and scheme[1].lower() == "file":
+        return None
+    with _ahead_lock:
+        if url in _ahead:
+            return None
+    try:
+        fs, path, scheme_name = _url_fs(url, name)
+        if not getattr(fs, "async_impl", False):
+            return None
+        ranged = _range_file(fs, path, url, scheme_name, name, wait=False)
+    except Exception:
+        return None
+    with _ahead_lock:
+        if url not in _ahead:
+            _ahead[url] = ranged
+            return Prefetched(url, ranged)
+    ranged.close()
+    return None
+
+
+def _take_ahead(url: str) -> RangeFile | None:
+    """The file of ``url`` opened ahead, opened now; ``None`` when there is none or its
+    open failed (opened again by the caller, which reports any error)."""
+    with _ahead_lock:
+        ranged = _ahead.pop(url, None)
+    if ranged is None:
+        return None
+    if not ranged.open_failed:
+        try:
+            ranged.opened()
+        except Exception:
+            pass  # failed late: opened again, which retries or says why
+        else:
+            if ranged.size is not None:
+                return ranged
+    ranged.close()
+    return None
+
+
+def _open_url(url: str, name: str | bytes) -> RandomAccessFile:
+    scheme = _SCHEME.match(url)
+    if scheme is not None and scheme[1].lower() == "file":
+        return _LocalFile(url[len("file://") :], name)
+    if _ahead:
+        ahead = _take_ahead(url)
+        if ahead is not None:
+            return ahead
+    fs, path, scheme_name = _url_fs(url, name)
     try:
         with map_io_errors(name):
-            try:
-                fs, path = fsspec.core.url_to_fs(url, **options)
-            except (ImportError, ValueError) as exc:
-                hint = _EXTRAS.get(scheme[1].lower(), "") if scheme is not None else ""
-                raise FailedPreconditionError(
-                    f"no filesystem for {url!r}: {exc}{hint}", work_item=name
-                ) from exc
             if getattr(fs, "async_impl", False):
-                # Object stores and web servers: concurrent range requests ahead of the
-                # reader, with timeouts and retries (see asyncreader._io.remote); s3://
-                # through obstore when it is installed (measured faster).
-                client: RemoteClient | None = None
-                if scheme_name in ("s3", "s3a"):
-                    client = obstore_client(url)
-                if client is None:
-                    client = FsspecClient(fs, path)
-                ranged = RangeFile(client, name, remote_reading(scheme_name))
+                ranged = _range_file(fs, path, url, scheme_name, name, wait=True)
                 if ranged.size is not None:
                     return ranged
                 ranged.close()  # no size (a stream): read it in order below

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 if TYPE_CHECKING:
     import asyncio
+    from collections.abc import Awaitable, Callable
 
 __all__ = ["ENABLED", "ObstoreClient", "obstore_client"]
 
@@ -66,6 +67,31 @@ class ObstoreClient:
         if isinstance(exc, (errors.PermissionDeniedError, errors.UnauthenticatedError)):
             return PermissionError(13, f"Permission denied ({exc})", self._url)
         return exc
+
+    async def first(self, start: int, end: int) -> tuple[int, Callable[[], Awaitable[Any]]] | None:
+        translated: Exception | None = None
+        try:
+            result = await self._obstore.get_async(
+                self._store, self._key, options={"range": (start, end)}
+            )
+        except Exception as exc:
+            if "416" in str(exc):
+                # Range not satisfiable: the file is empty; its size is asked for apart.
+                return None
+            translated = self._translated(exc)
+            if translated is exc:
+                raise
+        if translated is not None:
+            # Raised outside the handler (see size).
+            raise translated
+        size = result.meta.get("size")
+        if not isinstance(size, int):
+            return None
+
+        async def body() -> memoryview:
+            return memoryview(await result.bytes_async())
+
+        return size, body
 
     async def size(self) -> int | None:
         translated: Exception | None = None

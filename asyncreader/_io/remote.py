@@ -14,6 +14,13 @@ fsspec's own event loop, ahead of the reader, in a window bounded in bytes:
   seek followed by a short read (records read again by key) fetches little more than it
   asked for.
 
+Opening a file costs one round trip: where the client can tell (obstore), the file's size
+comes from the ``Content-Range`` of the answer to the first range request, whose body is
+the file's first part; other clients ask for the size first. A file can also be opened
+ahead of its reader (``wait=False``, see
+:func:`~asyncreader._io.filesystem.prefetch_work_item`): its first window is then fetched
+at once, while the reader reads the file before it, so a reader holds at most two windows.
+
 So one reader is not bound to the latency of one request: with the default window
 (64 MiB, 8 requests) a link of 50 ms per request still streams 8 parts at a time.
 
@@ -163,7 +170,8 @@ def set_remote_reading(
         scheme: Apply to this URL scheme only (``"s3"``, ``"https"``, …); ``None``: to
             every scheme without settings of its own.
         read_ahead: Bytes read ahead per open file (default 64 MiB); 0 reads only what
-            is asked for.
+            is asked for. A reader may hold a second window: the next file in its
+            FIFO work queue, opened ahead.
         concurrency: Range requests in flight per open file (default 8).
         request_timeout: Seconds one request may take (default 60); ``None``: no limit.
         retry_budget: Seconds a failing request is retried for (default 60).
@@ -275,15 +283,22 @@ class RemoteClient(Protocol):
     """How a :class:`RangeFile` asks for one file's size and byte ranges.
 
     ``setup`` returns the client's one-time set-up to await on ``loop`` first, if any;
-    ``size`` and ``get`` are coroutines run on ``loop`` (one attempt each: the range file
-    retries them); ``get`` returns a bytes-like object of ``end - start``
-    bytes, fewer only where the file ends.
+    ``first``, ``size`` and ``get`` are coroutines run on ``loop`` (one attempt each: the
+    range file retries them). ``get`` returns a bytes-like object of ``end - start``
+    bytes, fewer only where the file ends. ``first`` asks for the file's first range and
+    returns, once the answer's headers are in, the file's size (from the answer's
+    ``Content-Range``) and a function returning its body, as ``get`` would; ``None`` when
+    the client cannot (then ``size`` is asked) or the file is empty.
     """
 
     @property
     def loop(self) -> asyncio.AbstractEventLoop: ...
 
     def setup(self) -> Awaitable[Any] | None: ...
+
+    async def first(
+        self, start: int, end: int
+    ) -> tuple[int, Callable[[], Awaitable[Any]]] | None: ...
 
     async def size(self) -> int | None: ...
 
@@ -313,6 +328,9 @@ class FsspecClient:
             return setup
         return None
 
+    async def first(self, start: int, end: int) -> tuple[int, Callable[[], Awaitable[Any]]] | None:
+        return None  # fsspec's ranged reads do not tell the size: asked for apart
+
     async def size(self) -> int | None:
         size = (await self._fs._info(self._path)).get("size")
         return size if isinstance(size, int) else None
@@ -332,6 +350,8 @@ class RangeFile:
         client: Asks for the file's size and byte ranges.
         name: The work item, for errors.
         settings: Read-ahead window, concurrency, timeout and retry budget.
+        wait: Wait for the open (the size); ``False`` only begins it, for a file opened
+            ahead of its reader (:meth:`opened` waits).
     """
 
     __slots__ = (
@@ -340,6 +360,7 @@ class RangeFile:
         "_loop",
         "_name",
         "_next",
+        "_opening",
         "_parts",
         "_pos",
         "_settings",
@@ -347,7 +368,14 @@ class RangeFile:
         "size",
     )
 
-    def __init__(self, client: RemoteClient, name: str | bytes, settings: RemoteReading) -> None:
+    def __init__(
+        self,
+        client: RemoteClient,
+        name: str | bytes,
+        settings: RemoteReading,
+        *,
+        wait: bool = True,
+    ) -> None:
         self._client = client
         self._name = name
         self._settings = settings
@@ -361,13 +389,92 @@ class RangeFile:
         if setup is not None:
             with map_io_errors(name):
                 self._submit(setup).result()
-        self.size: int | None = self._wait(self._submit(self._size()), 0)
+        # The size comes with the answer to the first range request where the client can
+        # tell it: one round trip per file less than asking for it first. That request's
+        # body is the file's first part, fetched on while the reader starts.
+        self.size: int | None = None
+        self._opening: Future[Any] | None = self._submit(
+            self._open(
+                # Opened ahead: the whole window in one request, so that one round trip
+                # brings a file of up to the window's size.
+                settings.read_ahead if not wait else min(settings.part_size, settings.read_ahead),
+                not wait,
+            )
+        )
+        if wait:
+            self.opened()
+
+    def opened(self) -> None:
+        """Wait for the open begun by the constructor (``wait=False``: begun ahead)."""
+        opening, self._opening = self._opening, None
+        if opening is None:
+            return
+        self.size, parts = self._wait(opening, 0)
+        self._parts.extend(parts)
+        if parts:
+            self._next = parts[-1].end
+
+    @property
+    def open_failed(self) -> bool:
+        """Whether an open begun ahead has failed already (it is better begun again)."""
+        opening = self._opening
+        return (
+            opening is not None
+            and opening.done()
+            and (opening.cancelled() or opening.exception() is not None)
+        )
 
     # -- on the client's loop ----------------------------------------------------------
 
-    async def _size(self) -> int | None:
-        size: int | None = await self._retrying(self._client.size, "opening", 0)
-        return size
+    async def _open(self, first: int, ahead: bool) -> tuple[int | None, list[_Part]]:
+        """The file's size, and the requests begun with it: where the client can, the
+        first part's (its body goes on being fetched); for a file opened ahead of its
+        reader, the read-ahead window's (``ahead``)."""
+        parts: list[_Part] = []
+        size: int | None = None
+        if first > 0:
+            got = await self._retrying(
+                functools.partial(self._client.first, 0, first), "opening", 0
+            )
+            if got is not None:
+                size = got[0]
+                end = min(first, size)
+                parts.append(_Part(0, end, self._submit(self._body(got[1], 0, end))))
+        if size is None:
+            size = await self._retrying(self._client.size, "opening", 0)
+        if ahead and size is not None:
+            # Opened ahead: the window is fetched now, while the reader reads its current
+            # file, as a file read from its start would be on its first read.
+            settings = self._settings
+            at = parts[-1].end if parts else 0
+            target = min(size, settings.read_ahead)
+            while at < target and len(parts) < settings.concurrency:
+                end = min(target, at + settings.part_size)
+                parts.append(_Part(at, end, self._submit(self._fetch(at, end))))
+                at = end
+        return size, parts
+
+    async def _body(self, body: Callable[[], Awaitable[Any]], start: int, end: int) -> Any:
+        """The body of the first request, bytes ``[start, end)``; a failure part-way asks
+        for them again from the byte reached, within the budget."""
+        timeout = self._settings.request_timeout
+        try:
+            data = await asyncio.wait_for(body(), timeout)
+        except Exception as exc:
+            if _permanent(exc):
+                raise
+            data = b""  # asked for again below, with the retries of any request
+        if len(data) > end - start:
+            raise FailedPreconditionError(
+                f"the server answered a request for bytes {start}-{end - 1} with "
+                f"{len(data)} bytes: it does not serve byte ranges",
+                work_item=self._name,
+                offset=start,
+            )
+        if len(data) < end - start:
+            rest = await self._fetch(start + len(data), end)
+            return bytes(data) + rest if data else rest
+        return data
 
     async def _retrying(self, attempt: Callable[[], Awaitable[Any]], doing: str, at: int) -> Any:
         """Await ``attempt()`` under the timeout, retried within the budget."""
@@ -499,6 +606,12 @@ class RangeFile:
         self._streak = 0
 
     def _cancel(self) -> None:
+        opening, self._opening = self._opening, None
+        if opening is not None:
+            opening.cancel()
+            if opening.done() and not opening.cancelled() and opening.exception() is None:
+                for part in opening.result()[1]:
+                    part.future.cancel()  # the requests begun with the open
         parts, self._parts = self._parts, deque()
         for part in parts:
             part.future.cancel()  # cancels the request on fsspec's loop

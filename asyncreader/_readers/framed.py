@@ -36,7 +36,7 @@ import numpy as np
 
 from .._errors import AsyncReaderError, DataLossError, InvalidArgumentError
 from .._io.blocks import CAN_READ_AHEAD, BlockReader, PositionalFile, read_block
-from .._io.filesystem import READ_BLOCK, open_work_item
+from .._io.filesystem import READ_BLOCK, Prefetched, open_work_item, prefetch_work_item
 from .._records.batch import KeyRun, RecordBatch, assemble, concat
 from .._records.keys import bulk_keys, key_format, range_keys
 from .buffered import BufferedReader
@@ -72,6 +72,7 @@ class FramedReader(BufferedReader):
     _first_key: ClassVar[int] = 0
     #: Whether a run's keys are consecutive integers (line numbers, record indices).
     _consecutive_keys: ClassVar[bool] = False
+    _opens_ahead = True
 
     def __init__(self, name: str | None = None, *, on_error: OnError = None) -> None:
         super().__init__(name, on_error=on_error)
@@ -92,6 +93,8 @@ class FramedReader(BufferedReader):
         self._ahead: BlockReader | None = None
         # The size of the block framed last.
         self._block_bytes = 0
+        # The next work item's remote file, opened ahead (by URL: any reader may take it).
+        self._prefetched: Prefetched | None = None
 
     # -- subclass interface ------------------------------------------------------------
 
@@ -123,7 +126,8 @@ class FramedReader(BufferedReader):
 
     def on_work_started(self, work: bytes) -> None:
         self._close_files()
-        self._file = open_work_item(work)
+        self._file = open_work_item(work)  # takes the file if it was opened ahead
+        self._open_ahead()
         self._prefix = work + b":"
         self._key_format = key_format(self._prefix)
         self._framer = self._new_framer(work, 0, self._first_key, self._file.size)
@@ -166,11 +170,28 @@ class FramedReader(BufferedReader):
         self._skip_pending = 0
         return True
 
+    def _open_ahead(self) -> None:
+        """Begin opening the remote file the work queue hands out next (noted when this
+        one was taken), so that its first window arrives while this one is read. Memory:
+        up to one read-ahead window besides the open file's (see prefetch_work_item)."""
+        hint, self._work_hint = self._work_hint, None
+        stale, self._prefetched = self._prefetched, None
+        if stale is not None:
+            stale.discard()  # not taken by any reader: the queue order changed
+        if hint is not None:
+            self._prefetched = prefetch_work_item(hint)
+
     def _close_files(self) -> None:
         f, self._file = self._file, None
         self._drop_block()
         if f is not None:
             f.close()
+        if self._closed:
+            # A closed reader opens nothing more: the file it opened ahead goes too. (At
+            # the end of a work item it stays, for whichever reader opens it next.)
+            stale, self._prefetched = self._prefetched, None
+            if stale is not None:
+                stale.discard()
 
     def _drop_block(self) -> None:
         self._block, self._block_at, self._block_last = b"", 0, False
@@ -182,7 +203,7 @@ class FramedReader(BufferedReader):
             ahead.close()
 
     def _has_open_files(self) -> bool:
-        return self._file is not None
+        return self._file is not None or self._prefetched is not None
 
     # -- reading records again by key ------------------------------------------------------
 

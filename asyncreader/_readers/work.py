@@ -21,7 +21,14 @@ import numpy as np
 
 from .._errors import InvalidArgumentError
 
-__all__ = ["LeasedWork", "LeasingQueue", "WorkQueue", "check_work_queue", "work_item_bytes"]
+__all__ = [
+    "LeasedWork",
+    "LeasingQueue",
+    "WorkQueue",
+    "check_work_queue",
+    "next_work_hint",
+    "work_item_bytes",
+]
 
 
 class WorkQueue(Protocol):
@@ -97,3 +104,22 @@ def work_item_bytes(item: Any) -> bytes:
     raise InvalidArgumentError(
         f"Expected queue with single string component, got a {type(item).__name__}"
     )
+
+
+def next_work_hint(queue: Any) -> bytes | None:
+    """The work item a FIFO queue will hand out next, without taking it; ``None`` when it
+    cannot be told (another kind of queue, nothing ready, an element that is no work
+    item). A hint only (another reader may take it): readers open that file ahead."""
+    from .._queues.fifo import _DequeStorage  # queues import readers' modules
+
+    if not isinstance(queue, _DequeStorage):
+        return None
+    buf = queue._buf
+    if len(buf) <= queue._hold:
+        return None
+    try:
+        head = buf[0]
+        item = queue._codec.decode_one(head) if queue._typed else head
+        return work_item_bytes(item)
+    except Exception:
+        return None

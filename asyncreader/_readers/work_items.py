@@ -22,7 +22,7 @@ from .._errors import AsyncReaderError, InvalidArgumentError
 from .._runtime.checkpoint import check_taken_work
 from .hook_path import count_of
 from .state import SKIP
-from .work import check_work_queue, work_item_bytes
+from .work import check_work_queue, next_work_hint, work_item_bytes
 
 if TYPE_CHECKING:
     from collections import deque
@@ -47,6 +47,11 @@ _SHIELD_GRACE: Final = 2.0
 
 class WorkItems:
     """Taking, finishing, abandoning and resuming a reader's work items."""
+
+    #: Whether the reader opens its next work item ahead (remote files): taking an item
+    #: from a FIFO queue then notes the one after it in ``_work_hint`` (it stays queued).
+    _opens_ahead: ClassVar[bool] = False
+    _work_hint: bytes | None = None
 
     # The reader state it reads and writes (see ReaderBase).
     _buffer: ReadAheadBuffer
@@ -95,6 +100,9 @@ class WorkItems:
                     item = leased.item
                 else:
                     item = await queue.dequeue()
+                    if self._opens_ahead:
+                        # The file after this one, for on_work_started to open ahead.
+                        self._work_hint = next_work_hint(queue)
                 work = work_item_bytes(item)
                 check_taken_work(queue, work)  # a restored queue's strings may not be trusted
             self._set_skip(None)  # keys skipped in the previous item: none in this one

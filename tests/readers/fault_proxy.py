@@ -12,7 +12,8 @@ request it sees, may inject a fault:
 * :meth:`stop` / :meth:`start`: refuse connections and reset every open one, as a killed
   server does, then listen again on the same port, as a restarted one does.
 
-Counters (``requests``, ``faults``) let tests check that the faults really happened.
+Counters (``requests``, ``faults``) let tests check that the faults really happened;
+``request_lines`` has the first line of every request seen, with its ``Range`` header.
 """
 
 from __future__ import annotations
@@ -50,6 +51,7 @@ class FaultProxy:
         self.reset_responses = 0
         self.reset_after = 64 << 10
         self.requests = 0
+        self.request_lines: list[bytes] = []
         self.faults = 0
         self._lock = threading.Lock()
         self._open: set[socket.socket] = set()
@@ -134,6 +136,9 @@ class FaultProxy:
         """Count a request and inject its fault; return whether to forward it."""
         with self._lock:
             self.requests += 1
+            headers = data.partition(b"\r\n\r\n")[0].split(b"\r\n")
+            ranges = [h for h in headers[1:] if h.lower().startswith(b"range:")]
+            self.request_lines.append(b" ".join([headers[0], *ranges]))
             delay = 0.0
             if self.delay and (self.delay_requests is None or self.delay_requests > 0):
                 delay = self.delay

@@ -14,6 +14,7 @@ that the faults reach the layer under test instead of being hidden below it.
 
 from __future__ import annotations
 
+import itertools
 import random
 import subprocess
 import sys
@@ -312,3 +313,121 @@ def test_range_requests_go_through_the_chosen_client(proxy: FaultProxy, client: 
         assert f.read(20) == tfrecord_bytes(PAYLOADS[0])[:20]
     finally:
         f.close()
+
+
+def test_an_object_is_opened_by_its_first_range_request(proxy: FaultProxy, client: str) -> None:
+    # obstore learns the size from the first range answer's Content-Range: no HEAD, one
+    # round trip per file less; s3fs asks for the size apart.
+    from asyncreader._io.filesystem import open_work_item
+
+    data = tfrecord_bytes(PAYLOADS[0])
+    f = open_work_item(_urls()[0])
+    try:
+        assert f.size == len(data)
+        assert f.read(len(data)) == data
+    finally:
+        f.close()
+    heads = [line for line in proxy.request_lines if line.startswith(b"HEAD ")]
+    gets = [line for line in proxy.request_lines if line.startswith(b"GET ")]
+    part = 256 << 10  # read_ahead 1 MiB over 4 requests
+    assert len(gets) == -(-len(data) // part)
+    assert len(heads) == (0 if client == "obstore" else 1)
+
+
+@pytest.mark.both_backends
+async def test_an_empty_object_is_read_as_no_records(
+    proxy: FaultProxy, server: tuple[str, int]
+) -> None:
+    fs = s3fs.S3FileSystem(
+        endpoint_url=server[0], key="test", secret="test", skip_instance_cache=True
+    )
+    fs.pipe(f"{BUCKET}/empty.tfrecord", b"")
+    urls = [f"s3://{BUCKET}/empty.tfrecord", _urls()[1]]
+    with anyio.fail_after(30):
+        async with ar.TFRecordReader() as reader:
+            got = await _ledger(reader, urls)
+            assert reader.statistics().work_units_completed == 2
+    _check_every_record_once(got, range(1, 2))
+
+
+def _gets_of(proxy: FaultProxy, f: int) -> int:
+    return len(_ranges_of(proxy, f))
+
+
+def _ranges_of(proxy: FaultProxy, f: int) -> list[tuple[int, int]]:
+    """The byte ranges ``[start, end)`` asked of file ``f``, sorted."""
+    ranges = []
+    for line in proxy.request_lines:
+        if line.startswith(b"GET ") and b"part-%d.tfrecord" % f in line:
+            first, _, last = line.rpartition(b"bytes=")[2].partition(b"-")
+            ranges.append((int(first), int(last) + 1))
+    return sorted(ranges)
+
+
+@pytest.mark.both_backends
+async def test_the_next_file_is_opened_ahead_without_leaving_the_queue(
+    proxy: FaultProxy, client: str
+) -> None:
+    # While file 0 is read, file 1 (next in the queue) is opened: its first answer comes
+    # in meanwhile, not one round trip after file 0 ends. It stays in the queue until the
+    # reader is done with file 0, and its open is used, not asked for again.
+    from asyncreader._io import filesystem
+
+    urls = _urls()[:2]
+    with anyio.fail_after(30):
+        async with ar.TFRecordReader() as reader:
+            queue = await work_queue(urls)
+            first = await reader.read_batch(queue, 10)  # file 0, mid-file
+            assert queue.size() == 1  # file 1 not taken
+            with anyio.fail_after(5):
+                while _gets_of(proxy, 1) == 0:  # noqa: ASYNC110 - another thread's count
+                    await anyio.sleep(0.01)
+            got = dict(zip(first.keys(), first.tolist(), strict=True))
+            await _read_on(reader, queue, got)
+            assert not filesystem._ahead  # taken by the read of file 1
+    _check_every_record_once(got, range(2))
+    # Every byte of file 1 asked for once: the open begun ahead was the one read.
+    ranges = _ranges_of(proxy, 1)
+    if client == "obstore":
+        # Its first request asked for the whole window (1 MiB): one round trip.
+        assert ranges[0] == (0, 1 << 20)
+    assert ranges[0][0] == 0
+    assert ranges[-1][1] == len(tfrecord_bytes(PAYLOADS[1]))
+    assert all(a[1] == b[0] for a, b in itertools.pairwise(ranges))
+
+
+@pytest.mark.both_backends
+async def test_a_file_opened_ahead_is_dropped_when_the_reader_closes(
+    proxy: FaultProxy,
+) -> None:
+    from asyncreader._io import filesystem
+
+    with anyio.fail_after(30):
+        async with ar.TFRecordReader() as reader:
+            queue = await work_queue(_urls()[:2])
+            await reader.read_batch(queue, 10)
+            assert _urls()[1] in filesystem._ahead
+        assert not filesystem._ahead
+
+
+@pytest.mark.both_backends
+async def test_a_failed_open_ahead_is_opened_again_by_the_reader(proxy: FaultProxy) -> None:
+    # The server failed file 1 while it was opened ahead (past the budget); by the time
+    # the reader takes it, the server is well: it is opened again, and read whole.
+    from asyncreader._io import filesystem
+
+    ar.set_remote_reading(read_ahead=1 << 20, concurrency=4, retry_budget=0.3)
+    proxy.fail_match = b"part-1"
+    urls = _urls()[:2]
+    with anyio.fail_after(30):
+        async with ar.TFRecordReader() as reader:
+            queue = await work_queue(urls)
+            first = await reader.read_batch(queue, 10)
+            ahead = filesystem._ahead[urls[1]]
+            while not ahead.open_failed:  # noqa: ASYNC110 - another thread's state
+                await anyio.sleep(0.01)
+            proxy.fail_match = None
+            got = dict(zip(first.keys(), first.tolist(), strict=True))
+            await _read_on(reader, queue, got)
+            assert reader.statistics().errors_skipped == 0
+    _check_every_record_once(got, range(2))
