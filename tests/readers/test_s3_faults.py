@@ -295,7 +295,8 @@ async def test_a_read_from_a_hung_server_is_cancelled_promptly(proxy: FaultProxy
         start = time.monotonic()
         with anyio.move_on_after(0.5):
             await reader.read_batch(queue, 100)
-        assert time.monotonic() - start < 2
+        # Far below the 30 s hang, with room for a machine loaded many times over.
+        assert time.monotonic() - start < 10
         proxy.delay = 0.0
 
 
