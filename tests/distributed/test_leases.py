@@ -286,3 +286,31 @@ async def test_a_rank_dying_after_every_reader_ended_is_a_data_loss_not_silence(
             with pytest.raises(ar.DataLossError, match=r"1 work item\(s\) given back") as info:
                 await s0.ack([])
             assert paths[1] in str(info.value)
+
+
+async def test_when_the_last_rank_inside_dies_the_job_deletes_itself(
+    ray_env: RayEnv, namespace: str, tmp_path: Path
+) -> None:
+    paths, _ = await write_files(tmp_path, [10])
+    cluster = ar.RayCluster(namespace=namespace)
+    async with ar.Session(cluster=cluster, rank=1, world_size=2) as s1:
+        with anyio.fail_after(60):
+            async with ar.Session(cluster=cluster, rank=0, world_size=2) as s0:
+                work0 = in_session(s0, lambda: ar.FIFOQueue(None, shared_name="files"))
+                await work0.enqueue_many(paths)
+                await work0.close()
+            work1 = in_session(s1, lambda: ar.FIFOQueue(None, shared_name="files"))
+            got, _ = await ar.TFRecordReader().read_up_to(work1, 4)  # rank 1 leases
+            assert len(got) == 4
+            # Rank 0 left, rank 1 is inside: the job stays.
+            names = {a["name"] for a in ray_env.named_actors(namespace)}
+            assert names == {"asyncreader:job", "asyncreader:localhost/queue/files"}
+            await anyio.to_thread.run_sync(ray_env.ray.kill, anchor_of(s1))
+            # Rank 1's process is gone as the job sees it, and nobody else is inside: the
+            # registry deletes the job's actors, without a delete_job() call.
+            while True:
+                if not ray_env.named_actors(namespace):
+                    break
+                await anyio.sleep(0.05)
+        with pytest.raises(ar.FailedPreconditionError, match="died or cannot be reached"):
+            await s1.ack(got)
