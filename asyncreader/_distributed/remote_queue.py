@@ -208,6 +208,7 @@ class RayBackend:
             )
             if reply[0] != "ok":
                 raise _error(reply[1], reply[2])
+            leases.acked(by_lease)
             leases.done(reply[1])
 
     async def _lease_client(self, queue: RemoteQueue) -> LeaseClient:
