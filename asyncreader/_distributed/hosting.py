@@ -218,7 +218,6 @@ class JobHost:
         self._inside: set[int] = set()
         self._actors: set[str] = set()
         self._watchers: dict[int, asyncio.Task[None]] = {}
-        self._dead: set[int] = set()
 
     def enter(self, rank: int, world_size: int) -> str | None:
         """A rank's session starts; return why it may not (or ``None``)."""
@@ -228,7 +227,6 @@ class JobHost:
             return f"rank {rank} of this job is already running"
         self._entered.add(rank)
         self._inside.add(rank)
-        self._dead.discard(rank)
         return None
 
     def created(self, name: str) -> None:
@@ -274,15 +272,10 @@ class JobHost:
         if rank not in self._inside:
             return  # it left normally meanwhile
         self._inside.discard(rank)
-        self._dead.add(rank)
         if self._over():
             # Nobody is left to delete the job: its own registry does, in a thread
             # (looking actors up and killing them are blocking calls), itself last.
             await asyncio.to_thread(_delete_job_actors, self._namespace, sorted(self._actors))
-
-    def ranks(self) -> dict[str, list[int]]:
-        """The ranks inside the job and those that died in it (tests)."""
-        return {"inside": sorted(self._inside), "dead": sorted(self._dead)}
 
 
 def _delete_job_actors(namespace: str, names: list[str]) -> None:
