@@ -1,7 +1,7 @@
 """Scale-out on Ray: what a shared queue costs, and records/s with 1, 2 and 4 ranks.
 
 Run: ``python benchmarks/scale_out.py [--files 16] [--records 2000] [--record-bytes 1024]
-[--ranks 1,2,4]`` (needs ``pip install "asyncreader[ray]"``).
+[--ranks 1,2,4] [--sections queue,leases,ranks]`` (needs ``pip install "asyncreader[ray]"``).
 
 Starts a local Ray cluster on loopback (every socket on 127.0.0.1, token authentication with
 a token of this run only), then measures in the same run:
@@ -11,6 +11,11 @@ a token of this run only), then measures in the same run:
   (``shared_name=`` in a session with ``cluster=``: hosted in a Ray actor), with chunks of 1
   and of 1,000 work items: the cost per call and per item, and the shared queue's cost as a
   multiple of the local one's;
+* **leases**: the cost of a lease report (``Session.ack`` of a step's keys, which also
+  reports the reader's position in its leased file) against a bare round trip to the
+  queue's actor; and the time from SIGKILLing a rank process that holds a lease to another
+  rank's reader, waiting for work, having that lease (the death noticed through the
+  rank's anchor actor, the lease given back, the waiting take served);
 * **ranks**: 1, 2 and 4 rank processes (separate drivers joining the cluster, as
   ``torchrun`` would start them) read the same TFRecord files, taking work items from one
   shared work queue with ``read_batch``; records/s from the first rank's first read to the
@@ -169,6 +174,84 @@ async def _queue_costs(cluster: ar.RayCluster, repeat: int) -> list[tuple[str, i
     return rows
 
 
+# --- leases: the cost of a report, and the time to take over a dead rank's work ---------
+
+
+async def _ack_cost(cluster: ar.RayCluster, path: str, keys: int, acks: int) -> dict[str, float]:
+    """Median seconds of an ``ack`` of ``keys`` keys (with the reader's position) and of a
+    ping of the queue's actor."""
+    from asyncreader._distributed.awaiting import wait_ref
+
+    async with ar.Session(cluster=cluster, rank=0, world_size=1) as sess:
+        work: Any = ar.FIFOQueue(None, shared_name="files")
+        await work.enqueue_many([path])
+        await work.close()
+        reader = ar.TFRecordReader()
+        acked, pinged = [], []
+        for _ in range(acks):  # alternated, so that both see the same load
+            got, _ = await reader.read_up_to(work, keys)
+            start = time.perf_counter()
+            await sess.ack(got)  # the reader is mid-file: the report carries its position
+            acked.append(time.perf_counter() - start)
+            start = time.perf_counter()
+            await wait_ref(work._actor.ping.remote())
+            pinged.append(time.perf_counter() - start)
+    return {"ack": statistics.median(acked), "ping": statistics.median(pinged)}
+
+
+def _namespace() -> str:
+    return f"bench-{secrets.token_hex(4)}"
+
+
+async def _holder_main(address: str, namespace: str, path: str) -> None:
+    """A rank that leases the only file, acks part of it, and waits (to be killed)."""
+    cluster = ar.RayCluster(address, namespace, connect_timeout=30.0)
+    async with ar.Session(cluster=cluster, rank=0, world_size=2) as sess:
+        work: Any = ar.FIFOQueue(None, shared_name="files")
+        got, _ = await ar.TFRecordReader().read_up_to(work, 10)
+        await sess.ack(got[:5])
+        print("holding", flush=True)
+        await anyio.sleep(600)
+
+
+async def _takeover(address: str, path: str) -> float:
+    """Seconds from SIGKILLing a rank holding a lease to this rank's reader having it."""
+    namespace = _namespace()
+    cluster = ar.RayCluster(None, namespace)
+    async with ar.Session(cluster=cluster, rank=1, world_size=2):
+        work: Any = ar.FIFOQueue(None, shared_name="files")
+        await work.enqueue_many([path])
+        await work.close()
+        holder = await anyio.open_process(
+            [sys.executable, __file__, "--holder-of", address, namespace, path],
+            stderr=subprocess.DEVNULL,
+        )
+        try:
+            assert holder.stdout is not None
+            out = b""
+            with anyio.fail_after(120):
+                while b"holding" not in out:
+                    out += await holder.stdout.receive()
+            reader = ar.TFRecordReader()
+            took: list[float] = []
+
+            async def take() -> None:
+                await reader.read_up_to(work, 10)  # waits: the only file is leased
+                took.append(time.perf_counter())
+
+            with anyio.fail_after(120):
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(take)
+                    await anyio.sleep(0.5)  # the take waits in the queue's actor
+                    killed = time.perf_counter()
+                    holder.kill()  # SIGKILL
+        finally:
+            if holder.returncode is None:
+                holder.kill()
+            await holder.wait()
+    return took[0] - killed
+
+
 async def _local_reference(paths: list[str]) -> float:
     work = ar.FIFOQueue(None)
     await work.enqueue_many(paths)
@@ -186,7 +269,9 @@ def main() -> None:
     parser.add_argument("--record-bytes", type=int, default=1024)
     parser.add_argument("--ranks", default="1,2,4")
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--sections", default="queue,leases,ranks")
     args = parser.parse_args()
+    sections = set(args.sections.split(","))
     os.environ.update(_RAY_ENV)
     import ray
 
@@ -204,18 +289,45 @@ def main() -> None:
         address = cast("Any", context).address_info["gcs_address"]
         try:
             cluster = ar.RayCluster(None, f"bench-{secrets.token_hex(4)}")
-            rows = anyio.run(_queue_costs, cluster, args.repeat)
-            print(
-                "\nqueue cost: enqueue_many + dequeue_up_to, one round trip (best of "
-                f"{args.repeat})"
-            )
-            print(f"{'queue':<8}{'chunk':>7}{'per call':>12}{'per item':>12}{'x local':>9}")
-            local = {chunk: t for name, chunk, t in rows if name == "local"}
-            for name, chunk, t in rows:
+            if "queue" in sections:
+                rows = anyio.run(_queue_costs, cluster, args.repeat)
                 print(
-                    f"{name:<8}{chunk:>7}{t * 1e6:>10.1f}us{t / chunk * 1e6:>10.2f}us"
-                    f"{t / local[chunk]:>9.1f}"
+                    "\nqueue cost: enqueue_many + dequeue_up_to, one round trip (best of "
+                    f"{args.repeat})"
                 )
+                print(f"{'queue':<8}{'chunk':>7}{'per call':>12}{'per item':>12}{'x local':>9}")
+                local = {chunk: t for name, chunk, t in rows if name == "local"}
+                for name, chunk, t in rows:
+                    print(
+                        f"{name:<8}{chunk:>7}{t * 1e6:>10.1f}us{t / chunk * 1e6:>10.2f}us"
+                        f"{t / local[chunk]:>9.1f}"
+                    )
+            if "leases" in sections:
+                (Path(tmp) / "big").mkdir()
+                big = _write_files(Path(tmp) / "big", 1, 64 * 200 + 1, 256)[0]
+                print("\nlease report: Session.ack of a step's keys + the reader's position")
+                print(f"{'keys':>5}{'per ack':>11}{'x ping':>8}{'acks/s':>9}")
+                for keys in (8, 64, 512):
+                    acks = min(200, 12_800 // keys)
+                    cost = min(
+                        (
+                            anyio.run(_ack_cost, ar.RayCluster(None, _namespace()), big, keys, acks)
+                            for _ in range(args.repeat)
+                        ),
+                        key=lambda c: c["ack"],
+                    )
+                    print(
+                        f"{keys:>5}{cost['ack'] * 1e3:>9.2f}ms{cost['ack'] / cost['ping']:>8.1f}"
+                        f"{1 / cost['ack']:>9,.0f}   (ping {cost['ping'] * 1e3:.2f} ms)"
+                    )
+                times = [anyio.run(_takeover, address, paths[0]) for _ in range(args.repeat)]
+                print(
+                    "dead rank's lease taken over (SIGKILL to another rank's reader having "
+                    f"it): median {statistics.median(times) * 1e3:.0f} ms, "
+                    f"{', '.join(f'{t * 1e3:.0f}' for t in times)} ms"
+                )
+            if "ranks" not in sections:
+                return
             reference = max(anyio.run(_local_reference, paths) for _ in range(args.repeat))
             print(
                 f"\nranks: {args.files} files x {args.records} records of "
@@ -243,5 +355,8 @@ if __name__ == "__main__":
     if len(sys.argv) > 1 and sys.argv[1] == "--rank-of":
         address, namespace, rank, world, *files = sys.argv[2:]
         anyio.run(_rank_main, address, namespace, int(rank), int(world), files)
+    elif len(sys.argv) > 1 and sys.argv[1] == "--holder-of":
+        address, namespace, path = sys.argv[2:5]
+        anyio.run(_holder_main, address, namespace, path)
     else:
         main()

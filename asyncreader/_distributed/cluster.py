@@ -164,8 +164,10 @@ class RayCluster:
     async def delete_job(self) -> list[str]:
         """Kill every actor of the job in this namespace: its shared queues and its registry.
 
-        Sessions do this by themselves when the last of the job's ranks ends; call it to
-        clean up after ranks that died. Pending calls of other processes on those queues
+        Sessions do this by themselves when the last of the job's ranks ends, and the
+        job does when the last rank inside dies (of the ranks that read from a shared
+        queue, whose deaths it sees); call it to clean up after other ranks that died,
+        or to end a job at once. Pending calls of other processes on those queues
         fail with :class:`~asyncreader.FailedPreconditionError`.
 
         Returns:

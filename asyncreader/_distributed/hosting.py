@@ -205,14 +205,19 @@ class JobHost:
     """The registry of a job: which ranks are in, and the actors the job created.
 
     The sessions of a job's ranks enter and leave it; when every rank of the job has
-    entered and all of them have left, the last one out deletes the job's actors.
+    entered and all of them have left, the last one out deletes the job's actors. A rank
+    that leases work items has an anchor actor (see :mod:`.rank`), which the registry
+    watches too: a rank whose process dies counts as gone, and when the last rank still
+    inside dies, the registry deletes the job's actors and itself.
     """
 
-    def __init__(self, world_size: int) -> None:
+    def __init__(self, world_size: int, namespace: str) -> None:
         self._world_size = world_size
+        self._namespace = namespace
         self._entered: set[int] = set()
         self._inside: set[int] = set()
         self._actors: set[str] = set()
+        self._watchers: dict[int, asyncio.Task[None]] = {}
 
     def enter(self, rank: int, world_size: int) -> str | None:
         """A rank's session starts; return why it may not (or ``None``)."""
@@ -231,6 +236,57 @@ class JobHost:
     def leave(self, rank: int) -> list[str] | None:
         """A rank's session ends; return the job's actors to delete when it was the last."""
         self._inside.discard(rank)
-        if self._inside or len(self._entered) < self._world_size:
+        self._stop_watching(rank)
+        if not self._over():
             return None
         return sorted(self._actors)
+
+    def _over(self) -> bool:
+        return not self._inside and len(self._entered) >= self._world_size
+
+    def watch(self, rank: int, anchor: Any) -> None:
+        """Watch ``rank``'s anchor actor: when it dies, the rank has left (dead)."""
+        if rank in self._inside and rank not in self._watchers:
+            self._watchers[rank] = asyncio.ensure_future(self._watch(rank, anchor))
+
+    def _stop_watching(self, rank: int) -> None:
+        watcher = self._watchers.pop(rank, None)
+        if watcher is not None and watcher is not asyncio.current_task():
+            watcher.cancel()
+
+    async def _watch(self, rank: int, anchor: Any) -> None:
+        import ray
+
+        while True:
+            try:
+                await anchor.block.remote()
+            except ray.exceptions.ActorUnavailableError:
+                await asyncio.sleep(1.0)  # a node that may come back: not dead yet
+                continue
+            except ray.exceptions.RayActorError:
+                break
+            except ray.exceptions.RayError:
+                await asyncio.sleep(1.0)
+                continue
+        self._watchers.pop(rank, None)
+        if rank not in self._inside:
+            return  # it left normally meanwhile
+        self._inside.discard(rank)
+        if self._over():
+            # Nobody is left to delete the job: its own registry does, in a thread
+            # (looking actors up and killing them are blocking calls), itself last.
+            await asyncio.to_thread(_delete_job_actors, self._namespace, sorted(self._actors))
+
+
+def _delete_job_actors(namespace: str, names: list[str]) -> None:
+    """Kill the job's actors ``names``, then the registry (the caller's own actor)."""
+    import ray
+
+    from .cluster import JOB_ACTOR
+
+    for name in [*names, JOB_ACTOR]:
+        try:
+            handle = ray.get_actor(name, namespace=namespace)
+        except ValueError:  # already gone
+            continue
+        ray.kill(handle, no_restart=True)

@@ -73,6 +73,8 @@ class Held:
     skip: set[bytes]
     skip_total: int
     offset: int = 0  # final, once the reader moved on
+    #: Keys of the item acknowledged in this lease (or before it, by a rank that died).
+    acked: set[bytes] = dataclasses.field(default_factory=set)
 
     def current_offset(self) -> int:
         """Records of the item passed: delivered by the reader, or skipped."""
@@ -109,7 +111,7 @@ class LeaseClient:
         keys = set(skip)
         held = Held(
             lid, work_item_bytes(item), reader, reader.num_records_produced(),
-            base if position is not None else 0, keys, len(keys),
+            base if position is not None else 0, keys, len(keys), acked=set(skip),
         )  # fmt: skip
         self._reading[id(reader)] = held
         self._held[lid] = held
@@ -120,6 +122,7 @@ class LeaseClient:
         """Split ``keys`` by the lease whose item they belong to; return the rest too."""
         by_lease: dict[int, list[bytes]] = {}
         rest: list[bytes] = []
+        credited: dict[int, set[bytes]] = {}  # by _credit, in this call
         by_work = self._by_work
         for key in keys:
             holds = by_work.get(key)  # WholeFileReader's key is the work item itself
@@ -127,10 +130,44 @@ class LeaseClient:
                 holds = by_work.get(key.rpartition(b":")[0])
             if holds is None:
                 rest.append(key)
-            else:
-                # The oldest lease of the item (one item leased twice: two epochs).
+            elif len(holds) == 1:
                 by_lease.setdefault(holds[0].lid, []).append(key)
+            else:
+                lid = self._credit(holds, key, credited)
+                credited.setdefault(lid, set()).add(key)
+                by_lease.setdefault(lid, []).append(key)
         return by_lease, rest
+
+    @staticmethod
+    def _credit(holds: list[Held], key: bytes, credited: dict[int, set[bytes]]) -> int:
+        """The lease a key of an item held in several leases (epochs) belongs to.
+
+        The queue never lets two readers of a rank read one item at once, so at most one
+        of ``holds`` is being read; the others were read to their end. A key not yet
+        acknowledged in a lease read to its end is a record that lease delivered: it
+        goes to the oldest such lease. A key every lease read to its end has
+        acknowledged is the reading lease's. (When both copies of a record are unacked
+        and in flight either lease may be credited: each of them delivered that record,
+        so the count of every key stays exact, and a lease only ever holds keys it
+        read, which its position and a rank taking it over rely on.)
+        """
+        reading = None
+        for held in holds:
+            if key in held.acked or key in credited.get(held.lid, ()):
+                continue
+            if held.reader is None:
+                return held.lid
+            reading = held
+        if reading is not None:
+            return reading.lid
+        return holds[0].lid  # acknowledged in every lease: the queue refuses it
+
+    def acked(self, by_lease: dict[int, list[bytes]]) -> None:
+        """The queue recorded an ack: note which lease each key was credited to."""
+        for lid, keys in by_lease.items():
+            held = self._held.get(lid)
+            if held is not None:
+                held.acked.update(keys)
 
     def updates(
         self, by_lease: dict[int, list[bytes]]

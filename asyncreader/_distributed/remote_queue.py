@@ -91,7 +91,7 @@ class RayBackend:
         }
         # get_if_exists asks the cluster synchronously: not on the event loop.
         job_class = _actor_class(self._ray, JobHost).options(**options)
-        job = await anyio.to_thread.run_sync(job_class.remote, self.world_size)
+        job = await anyio.to_thread.run_sync(job_class.remote, self.world_size, cluster.namespace)
         with anyio.move_on_after(cluster.connect_timeout) as joining:
             refused = await self._wait(job.enter.remote(self.rank, self.world_size), "job")
         if joining.cancelled_caught:
@@ -208,6 +208,7 @@ class RayBackend:
             )
             if reply[0] != "ok":
                 raise _error(reply[1], reply[2])
+            leases.acked(by_lease)
             leases.done(reply[1])
 
     async def _lease_client(self, queue: RemoteQueue) -> LeaseClient:
@@ -216,6 +217,8 @@ class RayBackend:
         if self._anchor is None:
             anchor_class = _actor_class(ray, Anchor).options(num_cpus=0)
             self._anchor = await anyio.to_thread.run_sync(anchor_class.remote)
+            # The job's registry watches it too: if this process dies, it has left.
+            self._job.watch.remote(self.rank, self._anchor)
         reply = await self._wait(
             queue._actor.register.remote(self._client, self._anchor, cluster.lease_timeout),
             queue.name,

@@ -33,8 +33,18 @@ from .._errors import (
     InvalidArgumentError,
     OutOfRangeError,
 )
+from .._readers.work import work_item_bytes
 
 __all__ = ["LeaseBook"]
+
+
+def _item_bytes(item: Any) -> bytes | None:
+    """A work item as the reader sees it (``None`` when it is not one: never equal)."""
+    try:
+        return work_item_bytes(item)
+    except InvalidArgumentError:
+        return None
+
 
 #: How often (at most) the actor checks for ranks silent for their lease_timeout.
 _WATCH_INTERVAL = 1.0
@@ -213,21 +223,54 @@ class LeaseBook:
         if finished:
             self._notify()  # takes waiting at the end see fewer items being read
         while True:
-            if self._pending:
-                return self._grant(client, self._pending.popleft())
+            lease = self._next_pending(client)
+            if lease is not None:
+                return self._grant(client, lease)
             changed = self._changed
             try:
                 item = await self._dequeue_unless(changed)
             except OutOfRangeError:
-                if not any(
+                if not self._pending and not any(
                     lease.reading and lease.client != client for lease in self._leases.values()
                 ):
                     raise
-                await changed.wait()  # an item may come back from a rank that dies
+                # An item may come back from a rank that dies, or one set aside below
+                # becomes this rank's to read once its other reader is done with it.
+                await changed.wait()
                 item = None
             self._check_alive(client)
             if item is not None:
+                if _item_bytes(item) in self._reading_items(client):
+                    self._pending.append(Lease(item))  # for another rank, or later
+                    self._notify()
+                    continue
                 return self._grant(client, Lease(item))
+
+    def _reading_items(self, client: str) -> set[bytes | None]:
+        """The items a reader of ``client`` is reading now."""
+        busy = {
+            _item_bytes(lease.item)
+            for lease in self._leases.values()
+            if lease.client == client and lease.reading
+        }
+        busy.discard(None)  # not a work item: its reader fails on it
+        return busy
+
+    def _next_pending(self, client: str) -> Lease | None:
+        """Take the first pending item that no reader of ``client`` is reading now.
+
+        A rank never reads one item in two leases at once (the same file of two epochs,
+        by two of its readers): its acknowledged keys, which name only the item, then
+        always tell which lease they belong to (see ``LeaseClient.match``).
+        """
+        if not self._pending:
+            return None
+        busy = self._reading_items(client)
+        for i, lease in enumerate(self._pending):
+            if _item_bytes(lease.item) not in busy:
+                del self._pending[i]
+                return lease
+        return None
 
     async def _dequeue_unless(self, changed: asyncio.Event) -> Any:
         """The queue's next element, or ``None`` when ``changed`` is set first."""

@@ -286,3 +286,103 @@ async def test_a_rank_dying_after_every_reader_ended_is_a_data_loss_not_silence(
             with pytest.raises(ar.DataLossError, match=r"1 work item\(s\) given back") as info:
                 await s0.ack([])
             assert paths[1] in str(info.value)
+
+
+async def test_when_the_last_rank_inside_dies_the_job_deletes_itself(
+    ray_env: RayEnv, namespace: str, tmp_path: Path
+) -> None:
+    paths, _ = await write_files(tmp_path, [10])
+    cluster = ar.RayCluster(namespace=namespace)
+    async with ar.Session(cluster=cluster, rank=1, world_size=2) as s1:
+        with anyio.fail_after(60):
+            async with ar.Session(cluster=cluster, rank=0, world_size=2) as s0:
+                work0 = in_session(s0, lambda: ar.FIFOQueue(None, shared_name="files"))
+                await work0.enqueue_many(paths)
+                await work0.close()
+            work1 = in_session(s1, lambda: ar.FIFOQueue(None, shared_name="files"))
+            got, _ = await ar.TFRecordReader().read_up_to(work1, 4)  # rank 1 leases
+            assert len(got) == 4
+            # Rank 0 left, rank 1 is inside: the job stays.
+            names = {a["name"] for a in ray_env.named_actors(namespace)}
+            assert names == {"asyncreader:job", "asyncreader:localhost/queue/files"}
+            await anyio.to_thread.run_sync(ray_env.ray.kill, anchor_of(s1))
+            # Rank 1's process is gone as the job sees it, and nobody else is inside: the
+            # registry deletes the job's actors, without a delete_job() call.
+            while True:
+                if not ray_env.named_actors(namespace):
+                    break
+                await anyio.sleep(0.05)
+        with pytest.raises(ar.FailedPreconditionError, match="died or cannot be reached"):
+            await s1.ack(got)
+
+
+async def test_one_file_in_two_epochs_at_once_is_credited_to_the_right_lease(
+    ray_env: RayEnv, namespace: str, tmp_path: Path
+) -> None:
+    # One reader reads a file in epoch 1 and again in epoch 2 while a shuffle buffer
+    # still holds records of both: the keys are the same in both epochs. Each ack goes
+    # to a lease that read the record and had not acknowledged it, so no key is refused
+    # as acknowledged twice and a rank taking the leases over re-reads the right ones.
+    paths, keys = await write_files(tmp_path, [6])
+    cluster = ar.RayCluster(namespace=namespace)
+    acked: list[bytes] = []
+    delivered: list[bytes] = []
+    async with (
+        ar.Session(cluster=cluster, rank=0, world_size=2) as s0,
+        ar.Session(cluster=cluster, rank=1, world_size=2) as s1,
+    ):
+        with anyio.fail_after(60):
+            from asyncreader._distributed.awaiting import wait_ref
+
+            work0 = in_session(s0, lambda: ar.FIFOQueue(None, shared_name="files"))
+            work1 = in_session(s1, lambda: ar.FIFOQueue(None, shared_name="files"))
+            await wait_ref(host(work0).keep_ledger.remote())
+            await work0.enqueue_many([paths[0], paths[0]])  # two epochs of one file
+            await work0.close()
+            reader1 = ar.TFRecordReader()
+            epoch1, _ = await reader1.read_up_to(work1, 6)
+            epoch2, _ = await reader1.read_up_to(work1, 6)  # the same file again
+            assert epoch1 == epoch2 == keys
+            step = [*epoch2[:3], *epoch1[:2]]  # the buffer mixes the epochs
+            await s1.ack(step)
+            acked += step
+            leases = (await status(work0))["leases"]
+            assert sorted((o, a, r) for _, _, o, a, r in leases) == [(6, 2, True), (6, 3, False)]
+            await anyio.to_thread.run_sync(ray_env.ray.kill, anchor_of(s1))
+            await until_dead(work0)
+            reader0 = ar.TFRecordReader()
+            while True:
+                try:
+                    got, _ = await reader0.read_up_to(work0, 4)
+                except ar.OutOfRangeError:
+                    break
+                delivered += got
+                await s0.ack(got)
+            ledger = await wait_ref(host(work0).ledger.remote())
+    # Every record of both epochs once: acked by rank 1 or re-read by rank 0.
+    assert sorted(acked + delivered) == sorted(keys * 2)
+    assert ledger == dict.fromkeys(keys, 2)
+
+
+async def test_two_readers_of_a_rank_never_read_one_item_at_once(
+    namespace: str, tmp_path: Path
+) -> None:
+    paths, keys = await write_files(tmp_path, [4, 3])
+    cluster = ar.RayCluster(namespace=namespace)
+    async with ar.Session(cluster=cluster, rank=0, world_size=1) as sess:
+        with anyio.fail_after(60):
+            work = await filled([paths[0], paths[0], paths[1]])
+            first, second = ar.TFRecordReader(), ar.TFRecordReader()
+            a, _ = await first.read_up_to(work, 2)
+            # The next item is the file `first` is reading: set aside for later.
+            b, _ = await second.read_up_to(work, 10)
+            assert (a, b) == (keys[:2], keys[4:])
+            rest, _ = await first.read_up_to(work, 10)
+            again, _ = await first.read_up_to(work, 10)  # its file's second epoch
+            assert (rest, again) == (keys[2:4], keys[:4])
+            await sess.ack([*again[:2], *a, *rest, *again[2:], *b])
+            with pytest.raises(ar.OutOfRangeError):
+                await second.read(work)
+            with pytest.raises(ar.OutOfRangeError):
+                await first.read(work)
+            assert (await status(work))["leases"] == []

@@ -59,41 +59,51 @@ def run_ledger(
     rng = random.Random(seed)
     paths = skewed_files(root, 14, rng)
     expected = collections.Counter(anyio.run(local_keys, paths))
-    logs = [root / f"rank-{r}.out" for r in range(ranks)]
-    procs = []
-    for r in range(ranks):
-        with logs[r].open("w") as out:
-            args = [ray_env.address, namespace, str(r), str(ranks), str(seed), *paths]
-            procs.append(
-                subprocess.Popen(
-                    [sys.executable, str(DRIVER), *args],
-                    stdout=out,
-                    stderr=subprocess.STDOUT,
-                    env=ray_env.env,
+    # This process is one more rank of the job, which reads nothing: while it is inside,
+    # the job (and the work queue's ledger) outlives the reading ranks, dead or done; it
+    # is the last rank out.
+    observer = ar.Session(cluster=ar.RayCluster(namespace=namespace), rank=ranks,
+                          world_size=ranks + 1)  # fmt: skip
+    with (
+        anyio.from_thread.start_blocking_portal() as portal,
+        portal.wrap_async_context_manager(observer),
+    ):
+        logs = [root / f"rank-{r}.out" for r in range(ranks)]
+        procs = []
+        for r in range(ranks):
+            with logs[r].open("w") as out:
+                args = [ray_env.address, namespace, str(r), str(ranks + 1), str(seed), *paths]
+                procs.append(
+                    subprocess.Popen(
+                        [sys.executable, str(DRIVER), *args],
+                        stdout=out,
+                        stderr=subprocess.STDOUT,
+                        env=ray_env.env,
+                    )
                 )
-            )
-    victims = rng.sample(range(ranks), kills)
-    try:
-        # Every rank is reading and acking; then kill while the files are being read.
-        wait_for(lambda: all("started" in log.read_text() for log in logs), 90, "ranks started")
-        for victim in victims:
-            time.sleep(rng.uniform(0.0, 0.3))
-            procs[victim].send_signal(signal.SIGKILL)
-        for r, p in enumerate(procs):
-            p.wait(timeout=120)
-            if r not in victims:
-                assert p.returncode == 0, logs[r].read_text()[-3000:]
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
-    ray = ray_env.ray
-    [name] = [a["name"] for a in ray_env.named_actors(namespace) if a["name"].endswith("/files")]
-    actor = ray.get_actor(name, namespace=namespace)
-    ledger = collections.Counter(ray.get(actor.ledger.remote(), timeout=30))
-    status = ray.get(actor.lease_status.remote(), timeout=30)
-    anyio.run(ar.RayCluster(namespace=namespace).delete_job)
+        victims = rng.sample(range(ranks), kills)
+        try:
+            # Every rank is reading and acking; then kill while the files are being read.
+            wait_for(lambda: all("started" in log.read_text() for log in logs), 90, "ranks started")
+            for victim in victims:
+                time.sleep(rng.uniform(0.0, 0.3))
+                procs[victim].send_signal(signal.SIGKILL)
+            for r, p in enumerate(procs):
+                p.wait(timeout=120)
+                if r not in victims:
+                    assert p.returncode == 0, logs[r].read_text()[-3000:]
+        finally:
+            for p in procs:
+                if p.poll() is None:
+                    p.kill()
+                    p.wait()
+        ray = ray_env.ray
+        [name] = [
+            a["name"] for a in ray_env.named_actors(namespace) if a["name"].endswith("/files")
+        ]
+        actor = ray.get_actor(name, namespace=namespace)
+        ledger = collections.Counter(ray.get(actor.ledger.remote(), timeout=30))
+        status = ray.get(actor.lease_status.remote(), timeout=30)
     lost = [k for k in expected if ledger[k] == 0]
     twice = {k: n for k, n in ledger.items() if n > 1}
     unknown = [k for k in ledger if k not in expected]

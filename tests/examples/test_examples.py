@@ -36,6 +36,7 @@ def test_every_example_is_tested() -> None:
         "aiofiles_reader",
         "cifar10_train",
         "custom_reader",
+        "ray_train",
         "tfrecord_example_roundtrip",
         "torch_train",
         "web_service",
@@ -64,6 +65,27 @@ def test_torch_example_trains_a_model_from_tfrecord_files(
     accuracy = load_example("torch_train")["main"](["--epochs", "2"])
     assert accuracy > 0.9
     assert "accuracy on 1000 new examples" in capsys.readouterr().out
+
+
+@pytest.mark.timeout(240)
+def test_ray_example_trains_on_ranks_and_survives_a_killed_rank(tmp_path: Path) -> None:
+    pytest.importorskip("ray", reason='Ray is not installed: pip install "asyncreader[ray]"')
+    # Its own process: it starts (and shuts down) a local Ray cluster of its own.
+    done = subprocess.run(
+        [sys.executable, str(EXAMPLES / "ray_train.py"), "--files", "5", "--per-file", "300"],
+        capture_output=True,
+        text=True,
+        timeout=200,
+        check=False,
+        cwd=tmp_path,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    out = done.stdout
+    assert "rank(s) killed mid-epoch: [1]" in out
+    # The other ranks finished the epoch: every record trained on once.
+    assert "records trained on: 1500 of 1500; missing 0, twice 0" in out
+    accuracy = float(out.rsplit("new examples: ", 1)[1].split()[0])
+    assert accuracy > 0.9
 
 
 def test_custom_reader_reads_every_record(capsys: pytest.CaptureFixture[str]) -> None:
