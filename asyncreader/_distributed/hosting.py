@@ -206,8 +206,6 @@ class QueueHost:
     def tail_push(self, client: str, comps: Any, keys: list[bytes] | None, ended: bool) -> Any:
         """A rank's examples for the pool (see :meth:`TailPool.push`)."""
         try:
-            if keys:
-                self._leases.pooled(keys)
             self._tail.push(client, comps, keys, ended)
         except AsyncReaderError as exc:
             return ("error", type(exc).__name__, str(exc))

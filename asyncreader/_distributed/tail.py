@@ -89,6 +89,8 @@ class _Member:
 
     count: int
     ended: bool = False
+    #: The last batch it had before the tail: the step it may not have acknowledged.
+    window: _Chunk | None = None
     #: The last batch handed out and not confirmed yet.
     in_doubt: _Handed | None = None
     generation: int = 0
@@ -154,6 +156,8 @@ class TailPool:
         self.dropped = 0
         self.padded = 0
         book.listeners.append(self._rank_gone)
+        book.others_busy = self._others_busy
+        book.read_out = self._read_out
 
     # -- the tail's start --------------------------------------------------------------
 
@@ -209,19 +213,51 @@ class TailPool:
             )
         if self._structure is None and structure is not None:
             self._structure = structure
-        if self._sample is None and sample is not None:
-            self._sample = _Chunk(sample, None)
+        window = None
+        if sample is not None:
+            keys = None if key_index is None else [bytes(k) for k in sample[key_index]]
+            window = _Chunk(sample, keys)
+            if self._sample is None:
+                self._sample = window
         if self._tail_since is None:  # its input ended: nothing is left to lease
             self._tail_since = time.monotonic()
-        self._members.setdefault(client, _Member(count))
+        self._members.setdefault(client, _Member(count, window=window))
         self._notify()
 
-    def _rank_gone(self, client: str) -> None:
+    def _others_busy(self, client: str) -> bool:
+        """Whether a rank other than ``client`` still moves examples to the pool (its
+        input has not ended) while it reads: if it dies, its items come back, and a
+        reader must be there to take them."""
+        book = self._book
+        return any(
+            not m.ended and other != client and not book.taking(other)
+            for other, m in self._members.items()
+        )
+
+    def _read_out(self, client: str) -> bool:
+        """Whether ``client`` pushed its last example: its items need no reading again
+        (what it read is in the pool or acknowledged, but for its window, see
+        :meth:`_rank_gone`)."""
+        member = self._members.get(client)
+        return member is not None and member.ended
+
+    def _rank_gone(self, client: str, died: bool) -> None:
         """``client`` died or left: later rounds count one rank fewer."""
         if client in self._gone:
             return
         self._gone.add(client)
         member = self._members.pop(client, None)
+        window = None if member is None or not died or not member.ended else member.window
+        if window is not None and window.keys is not None and self._level < 0:
+            # Its items are not read again: the examples of its last local step that it
+            # had not acknowledged are delivered from here instead.
+            lost = set(self._book.unacked(window.keys))
+            if lost:
+                index = np.array([k in lost for k in window.keys])
+                comps = [c[index] for c in window.comps]
+                keys = [k for k in window.keys if k in lost]
+                self._book.pooled(keys)
+                self._give_back(_Chunk(comps, keys))
         if member is not None and member.in_doubt is not None:
             handed, member.in_doubt = member.in_doubt, None
             self.padded -= handed.padded
@@ -253,6 +289,10 @@ class TailPool:
         if member is None:
             raise FailedPreconditionError(f"queue '{self._name}': push before joining the tail")
         if comps is not None and len(comps[0]):
+            if keys:
+                # Not read again if the rank dies: the pool delivers them (checked first,
+                # so a refused push marks nothing).
+                self._book.pooled(keys)
             chunk = _Chunk(comps, keys)
             if self._final is not None or self._level >= 0:
                 self._drop(chunk)  # cannot happen while the rank's input runs; be safe
@@ -261,7 +301,9 @@ class TailPool:
                 self._size += len(chunk)
                 if self._sample is None:
                     self._sample = chunk
-        member.ended = member.ended or ended
+        if ended and not member.ended:
+            member.ended = True
+            self._book.wake()
         self._notify()
 
     async def take(self, client: str, rid: int, confirm: int) -> tuple[Any, ...]:

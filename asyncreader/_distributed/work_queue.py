@@ -96,8 +96,15 @@ class LeaseBook:
         self._drops: collections.Counter[bytes] | None = None
         self._taking = 0  # lease calls in progress
         self.events: list[tuple[float, str, str, int]] = []
-        #: Called with a client that died or left (the tail pool's rounds).
-        self.listeners: list[Callable[[str], None]] = []
+        #: Called with a client that died (``True``) or left (the tail pool's rounds).
+        self.listeners: list[Callable[[str, bool], None]] = []
+        #: Whether a dead client's items need no reading again: every record it read is
+        #: in the tail pool, acknowledged, or was dropped by its pipeline's filter.
+        self.read_out: Callable[[str], bool] = lambda client: False
+        #: Whether another rank may still give items back (the tail pool: it has not
+        #: pushed its last example): a reader then waits instead of ending.
+        self.others_busy: Callable[[str], bool] = lambda client: False
+        self._takers: collections.Counter[str] = collections.Counter()
         # Leases of ranks that left, by item: records of them in the tail pool are still
         # acknowledged by other ranks.
         self._released: dict[bytes, Lease] = {}
@@ -132,6 +139,14 @@ class LeaseBook:
             raise FailedPreconditionError(
                 f"queue '{self._name}': this rank is not registered with the queue"
             )
+
+    def taking(self, client: str) -> bool:
+        """Whether a reader of ``client`` waits for a work item now."""
+        return client in self._takers
+
+    def wake(self) -> None:
+        """Readers waiting for an item look again (a rank's state changed)."""
+        self._notify()
 
     def pending(self) -> int:
         """How many items given back by dead ranks wait to be leased again."""
@@ -180,11 +195,15 @@ class LeaseBook:
         if rank.watcher is not None and rank.watcher is not asyncio.current_task():
             rank.watcher.cancel()
         back = [lease for lease in self._leases.values() if lease.client == client]
+        if self.read_out(client):
+            for lease in back:
+                self._release(lease)
+            back = []
         for lease in reversed(back):
             self._give_back(lease)
         self.events.append((time.time(), client, why, len(back)))
         for listener in self.listeners:
-            listener(client)
+            listener(client, True)
         self._notify()
 
     def left(self, client: str) -> None:
@@ -192,13 +211,24 @@ class LeaseBook:
         rank = self._ranks.pop(client, None)
         if rank is not None and rank.watcher is not None:
             rank.watcher.cancel()
-        for lid in [lid for lid, lease in self._leases.items() if lease.client == client]:
-            lease = self._leases.pop(lid)
-            if lease.pooled:
-                self._released[work_item_bytes(lease.item)] = lease
+        for lease in [lease for lease in self._leases.values() if lease.client == client]:
+            self._release(lease)
         for listener in self.listeners:
-            listener(client)
+            listener(client, False)
         self._notify()
+
+    def _release(self, lease: Lease) -> None:
+        """Forget ``lease`` (done), but keep it for the acks of its records in the pool."""
+        del self._leases[lease.lid]
+        if lease.pooled or lease.client in self._fenced:
+            self._released[work_item_bytes(lease.item)] = lease
+
+    def unacked(self, keys: list[bytes]) -> list[bytes]:
+        """Those of ``keys`` neither acknowledged nor in the tail pool."""
+        out: list[bytes] = []
+        for lease, group in self._match(keys):
+            out += [k for k in group if k not in lease.consumed and k not in lease.pooled]
+        return out
 
     def _give_back(self, lease: Lease) -> None:
         del self._leases[lease.lid]
@@ -230,10 +260,15 @@ class LeaseBook:
         self._check_alive(client)
         self.seen(client)
         self._taking += 1
+        self._takers[client] += 1
+        self._notify()  # a rank busy in the tail may now be waiting for an item
         try:
             return await self._lease(client, finished)
         finally:
             self._taking -= 1
+            self._takers[client] -= 1
+            if not self._takers[client]:
+                del self._takers[client]
 
     async def _lease(
         self, client: str, finished: list[tuple[int, int]]
@@ -255,7 +290,7 @@ class LeaseBook:
             except OutOfRangeError:
                 if not any(
                     lease.reading and lease.client != client for lease in self._leases.values()
-                ):
+                ) and not self.others_busy(client):
                     raise
                 await changed.wait()  # an item may come back from a rank that dies
                 item = None

@@ -11,7 +11,7 @@ dropped, and padded rows must be counted. Killing a rank's anchor is its death.
 from __future__ import annotations
 
 import collections
-import contextlib
+import functools
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -20,7 +20,7 @@ import pytest
 
 import asyncreader as ar
 
-from .test_leases import anchor_of, in_session, write_files
+from .test_leases import anchor_of, write_files
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -67,47 +67,93 @@ class Rank:
         self.padding: list[int] = []
         self.stats: Any = None
         self.error: BaseException | None = None
+        self.done = anyio.Event()
+        self.stopped = anyio.Event()
+
+
+class Job:
+    """The job's ranks, what they saw, and the work queue's state at the end."""
+
+    def __init__(self, paths: list[str], ranks: int) -> None:
+        self.paths = paths
+        self.outs = [Rank() for _ in range(ranks)]
+        self.anchors: list[Any] = [None] * ranks
+        self.finished = anyio.Event()  # every live rank is done: rank 0 looks at the queue
+        self.looked = anyio.Event()
+        self.tail: Any = None
+        self.ledger: dict[bytes, int] = {}
+        self.drops: dict[bytes, int] = {}
 
 
 async def run_rank(
-    sess: ar.Session,
+    job: Job,
+    cluster: ar.RayCluster,
+    rank: int,
     shuffle: bool,
     remainder: str,
     delay: float,
-    out: Rank,
     *,
-    stop_after: int | None = None,
+    stop_in_tail: bool = False,
 ) -> None:
-    work: Any = in_session(sess, lambda: ar.FIFOQueue(None, shared_name="files"))
+    out = job.outs[rank]
+    try:
+        async with ar.Session(cluster=cluster, rank=rank, world_size=len(job.outs)) as sess:
+            await steps(job, sess, rank, shuffle, remainder, delay, stop_in_tail)
+            if rank == 0:
+                await job.finished.wait()
+                work: Any = ar.FIFOQueue(None, shared_name="files")
+                job.tail = await ask(work, "tail_status")
+                job.ledger = await ask(work, "ledger")
+                job.drops = await ask(work, "drops")
+                job.looked.set()
+            await job.looked.wait()  # the job's actors go with the last rank out
+    except ar.AsyncReaderError as exc:
+        if not stop_in_tail:
+            raise
+        out.error = exc  # the killed rank: its session ends with what killed it
+
+
+async def steps(
+    job: Job,
+    sess: ar.Session,
+    rank: int,
+    shuffle: bool,
+    remainder: str,
+    delay: float,
+    stop_in_tail: bool,
+) -> None:
+    out = job.outs[rank]
+    work: Any = ar.FIFOQueue(None, shared_name="files")
+    if rank == 0:
+        await ask(work, "keep_ledger")
+        await work.enqueue_many(job.paths)
+        await work.close()
     reader = ar.TFRecordReader()
 
     async def source() -> Any:
         return await reader.read_up_to(work, 16)
 
-    common: dict[str, Any] = {
-        "enqueue_many": True,
-        "coord": sess.coord,
-        "record_refs": reader,
-        "remainder": remainder,
-    }
+    common: dict[str, Any] = {"enqueue_many": True, "record_refs": reader, "remainder": remainder}
     if shuffle:
-        batcher = in_session(
-            sess,
-            lambda: ar.maybe_shuffle_batch(source, BATCH, 200, 20, keep, seed=1, **common),
-        )
+        batcher = ar.maybe_shuffle_batch(source, BATCH, 200, 20, keep, seed=1, **common)
     else:
-        batcher = in_session(sess, lambda: ar.maybe_batch(source, keep, BATCH, **common))
-    try:
-        async for keys, _ in batcher:
-            out.batches.append([bytes(k) for k in keys])
-            out.padding.append(batcher.statistics().last_batch_padding)
-            await anyio.sleep(delay)  # the training step
-            await sess.ack(list(keys))  # padded rows have an empty key: skipped
-            if stop_after is not None and len(out.batches) >= stop_after:
-                await anyio.sleep_forever()  # hangs in a step until it is killed
-    except ar.FailedPreconditionError as exc:
-        out.error = exc  # declared dead
+        batcher = ar.maybe_batch(source, keep, BATCH, **common)
+    tail: Any = None
+    async for keys, _ in batcher:
+        out.batches.append([bytes(k) for k in keys])
+        out.padding.append(batcher.statistics().last_batch_padding)
+        await anyio.sleep(delay)  # the training step
+        tail = batcher._steps
+        if stop_in_tail and tail._joined:
+            # Its first batch from the pool: it hangs in the step, unacknowledged,
+            # and is killed.
+            job.anchors[rank] = anchor_of(sess)
+            out.stopped.set()
+            await job.looked.wait()  # (a dead process would end here)
+            return
+        await sess.ack(list(keys))  # padded rows have an empty key: skipped
     out.stats = batcher.statistics()
+    out.done.set()
 
 
 async def run_job(
@@ -118,46 +164,30 @@ async def run_job(
     shuffle: bool,
     remainder: str,
     sizes: list[int],
-    kill: Any = None,
+    kill: int | None = None,
 ) -> tuple[list[Rank], list[bytes], Any, dict[bytes, int], dict[bytes, int]]:
     paths, _ = await write_files(root, sizes)
     cluster = ar.RayCluster(namespace=namespace)
-    outs = [Rank() for _ in range(ranks)]
-    async with contextlib.AsyncExitStack() as stack:
-        sessions = [
-            await stack.enter_async_context(ar.Session(cluster=cluster, rank=r, world_size=ranks))
-            for r in range(ranks)
-        ]
-        work: Any = in_session(sessions[0], lambda: ar.FIFOQueue(None, shared_name="files"))
-        await ask(work, "keep_ledger")
-        await work.enqueue_many(paths)
-        await work.close()
-        with anyio.fail_after(90):
-            async with anyio.create_task_group() as tg:
-                for r, sess in enumerate(sessions):
-                    delay = 0.03 if r == 0 else 0.0  # rank 0 is slow: the others run ahead
-                    stop = None if kill is None or kill[0] != r else kill[1]
-                    tg.start_soon(
-                        lambda s=sess, d=delay, o=outs[r], st=stop: run_rank(
-                            s, shuffle, remainder, d, o, stop_after=st
-                        )
+    job = Job(paths, ranks)
+    with anyio.fail_after(90):
+        async with anyio.create_task_group() as tg:
+            for r in range(ranks):
+                delay = 0.03 if r == 0 else 0.0  # rank 0 is slow: the others run ahead
+                tg.start_soon(
+                    functools.partial(
+                        run_rank, job, cluster, r, shuffle, remainder, delay, stop_in_tail=kill == r
                     )
-                if kill is not None:
-                    victim, after = kill
-                    while len(outs[victim].batches) < after:
-                        await anyio.sleep(0.01)
-                    import ray
+                )
+            if kill is not None:
+                await job.outs[kill].stopped.wait()
+                import ray
 
-                    await anyio.to_thread.run_sync(ray.kill, anchor_of(sessions[victim]))
-                    # Its task hangs in a step (as a dead process would): stop it once
-                    # the others are done.
-                    while not all(o.stats is not None for i, o in enumerate(outs) if i != victim):
-                        await anyio.sleep(0.05)
-                    tg.cancel_scope.cancel()
-        tail = await ask(work, "tail_status")
-        ledger = await ask(work, "ledger")
-        drops = await ask(work, "drops")
-    return outs, await kept(paths), tail, ledger, drops
+                await anyio.to_thread.run_sync(ray.kill, job.anchors[kill])
+            for r, out in enumerate(job.outs):
+                if r != kill:
+                    await out.done.wait()
+            job.finished.set()
+    return job.outs, await kept(paths), job.tail, job.ledger, job.drops
 
 
 def check_job(
@@ -168,6 +198,7 @@ def check_job(
     drops: dict[bytes, int],
     remainder: str,
     live: list[int],
+    acked_by_dead: tuple[bytes, ...] = (),
 ) -> None:
     counts = [len(outs[r].batches) for r in live]
     assert len(set(counts)) == 1, (counts, tail)
@@ -191,6 +222,7 @@ def check_job(
     # Each kept record delivered once or dropped once: the ledger of acks says so too.
     dropped = collections.Counter(drops)
     assert sum(dropped.values()) == tail["dropped"]
+    delivered += acked_by_dead
     assert sorted(delivered + list(dropped.elements())) == sorted(expected)
     assert collections.Counter(ledger) == collections.Counter(delivered)
 
@@ -210,3 +242,24 @@ async def test_every_rank_gets_the_same_number_of_batches(
     )
     assert all(o.error is None for o in outs)
     check_job(outs, expected, tail, ledger, drops, remainder, [0, 1, 2])
+
+
+@pytest.mark.parametrize("remainder", ["drop", "pad"])
+async def test_a_rank_killed_in_the_tail_leaves_the_others_equal(
+    ray_env: RayEnv, namespace: str, tmp_path: Path, remainder: str
+) -> None:
+    # Rank 2 dies holding its first batch from the pool, unacknowledged: the batch goes
+    # back to the pool, and the rounds go on with two ranks.
+    outs, expected, tail, ledger, drops = await run_job(
+        tmp_path,
+        namespace,
+        ranks=3,
+        shuffle=False,
+        remainder=remainder,
+        sizes=[30, 300, 25, 31, 29, 27],
+        kill=2,
+    )
+    assert (outs[0].error, outs[1].error) == (None, None)
+    assert len(tail["gone"]) == 1, tail
+    acked = tuple(k for b in outs[2].batches[:-1] for k in b if k)
+    check_job(outs, expected, tail, ledger, drops, remainder, [0, 1], acked)
