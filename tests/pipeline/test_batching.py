@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import functools
 from collections import Counter
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -694,11 +695,11 @@ async def test_remainder_is_checked_and_changes_nothing_in_one_process(make: Any
         with pytest.raises(ar.InvalidArgumentError, match="remainder must be 'drop', 'pad'"):
             make(counter_source(10), remainder="all")
     for remainder in ("drop", "pad", "smaller"):
-        batches = await run(lambda r=remainder: make(counter_source(10), remainder=r))
+        batches = await run(functools.partial(make, counter_source(10), remainder=remainder))
         assert [len(b) for b in batches] == [4, 4]  # as without it: the last 2 dropped
         smaller = await run(
-            lambda r=remainder: make(
-                counter_source(10), allow_smaller_final_batch=True, remainder=r
+            functools.partial(
+                make, counter_source(10), allow_smaller_final_batch=True, remainder=remainder
             )
         )
         assert sorted(flat(smaller)) == list(range(10))
