@@ -518,6 +518,8 @@ class EqualSteps:
         self._rid = 0
         self._confirm = -1
         self._pusher_error: BaseException | None = None
+        #: Every example this rank read is in the pool (or was handed out before).
+        self.pushed_all = False
         self.padded = 0
         self.last_padding = 0
         self.dropped = 0
@@ -651,6 +653,7 @@ class EqualSteps:
                     keys = [bytes(k) for k in comps[self._key_index]]
                 await self._call("tail_push", client, comps, keys, False)
             await self._call("tail_push", client, None, None, True)
+            self.pushed_all = True
         except AsyncReaderError as exc:
             self._pusher_error = exc
             raise
