@@ -270,3 +270,11 @@ async def test_a_rank_killed_in_the_tail_leaves_the_others_equal(
     assert len(tail["gone"]) == 1, tail
     acked = tuple(k for b in outs[2].batches[:-1] for k in b if k)
     check_job(outs, expected, tail, ledger, drops, remainder, [0, 1], acked)
+
+
+@pytest.mark.both_backends
+async def test_equal_steps_on_both_backends(namespace: str, tmp_path: Path) -> None:
+    outs, expected, tail, ledger, drops = await run_job(
+        tmp_path, namespace, ranks=2, shuffle=False, remainder="smaller", sizes=[12, 120, 9]
+    )
+    check_job(outs, expected, tail, ledger, drops, "smaller", [0, 1])
