@@ -266,6 +266,11 @@ class TailPool:
                     self._drop(handed.real)  # the last round was formed with it
                 else:
                     self._give_back(handed.real)
+        if member is not None and self._final and member.count < self._level:
+            # Its batch of the last round was never taken: nobody else needs it.
+            comps, padded = self._final.pop(), self._final_padding.pop()
+            self.padded -= padded
+            self._drop(self._real(comps, padded))
         self._notify()
 
     def _give_back(self, chunk: _Chunk) -> None:
@@ -380,7 +385,9 @@ class TailPool:
                 comps = self._final.pop()
                 padded = self._final_padding.pop()
                 return ("batch", comps, padded, self._structure, self._real(comps, padded))
-            return None  # a batch of the last round is in doubt elsewhere
+            # A rank that joined after the last round was formed (its grace had passed):
+            # level it with padding.
+            return self._level_up(batch_size)
         if not self._ready():
             return None
         live = self._live()

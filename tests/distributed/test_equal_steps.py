@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import collections
 import functools
+import random
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -278,3 +279,27 @@ async def test_equal_steps_on_both_backends(namespace: str, tmp_path: Path) -> N
         tmp_path, namespace, ranks=2, shuffle=False, remainder="smaller", sizes=[12, 120, 9]
     )
     check_job(outs, expected, tail, ledger, drops, "smaller", [0, 1])
+
+
+@pytest.mark.stress
+@pytest.mark.parametrize("seed", range(6))
+async def test_equal_steps_stress(
+    ray_env: RayEnv, namespace: str, tmp_path: Path, seed: int
+) -> None:
+    rng = random.Random(seed)
+    sizes = [rng.choice([5, 20, 40, 400]) for _ in range(rng.randint(3, 9))]
+    remainder = ("drop", "smaller", "pad")[seed % 3]
+    kill = 2 if seed % 2 else None
+    outs, expected, tail, ledger, drops = await run_job(
+        tmp_path,
+        namespace,
+        ranks=4,
+        shuffle=seed % 4 < 2,
+        remainder=remainder,
+        sizes=sizes,
+        kill=kill,
+        read_out=seed % 4 == 3,
+    )
+    live = [r for r in range(4) if r != kill]
+    acked = () if kill is None else tuple(k for b in outs[kill].batches[:-1] for k in b if k)
+    check_job(outs, expected, tail, ledger, drops, remainder, live, acked)
