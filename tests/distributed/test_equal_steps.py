@@ -70,6 +70,7 @@ class Rank:
         self.error: BaseException | None = None
         self.done = anyio.Event()
         self.stopped = anyio.Event()
+        self.settled = anyio.Event()  # stopped, or done without stopping
 
 
 class Job:
@@ -151,11 +152,13 @@ async def steps(
             # and is killed.
             job.anchors[rank] = anchor_of(sess)
             out.stopped.set()
+            out.settled.set()
             await job.looked.wait()  # (a dead process would end here)
             return
         await sess.ack(list(keys))  # padded rows have an empty key: skipped
     out.stats = batcher.statistics()
     out.done.set()
+    out.settled.set()
 
 
 async def run_job(
@@ -182,7 +185,8 @@ async def run_job(
                     )
                 )
             if kill is not None:
-                await job.outs[kill].stopped.wait()
+                await job.outs[kill].settled.wait()
+            if kill is not None and job.outs[kill].stopped.is_set():
                 import ray
 
                 await anyio.to_thread.run_sync(ray.kill, job.anchors[kill])
@@ -267,6 +271,7 @@ async def test_a_rank_killed_in_the_tail_leaves_the_others_equal(
         kill=2,
         read_out=read_out,
     )
+    assert outs[2].stopped.is_set()
     assert (outs[0].error, outs[1].error) == (None, None)
     assert len(tail["gone"]) == 1, tail
     acked = tuple(k for b in outs[2].batches[:-1] for k in b if k)
@@ -300,6 +305,8 @@ async def test_equal_steps_stress(
         kill=kill,
         read_out=seed % 4 == 3,
     )
+    if kill is not None and not outs[kill].stopped.is_set():
+        kill = None  # it had its last batch before any from the pool: nothing to kill
     live = [r for r in range(4) if r != kill]
     acked = () if kill is None else tuple(k for b in outs[kill].batches[:-1] for k in b if k)
     check_job(outs, expected, tail, ledger, drops, remainder, live, acked)
