@@ -19,6 +19,7 @@ import os
 from typing import Any
 
 from .._errors import AsyncReaderError
+from .tail import TailPool
 from .work_queue import LeaseBook
 
 __all__ = ["JobHost", "QueueHost"]
@@ -62,6 +63,7 @@ class QueueHost:
         queue._container = container
         self._queue = queue
         self._leases = LeaseBook(queue, shared_name)
+        self._tail = TailPool(self._leases, queue, shared_name)
         self._clients: set[str] = set()
         self._running: dict[tuple[str, int], asyncio.Task[Any]] = {}
         self._in_doubt: dict[tuple[str, int], tuple[Any, bool | None]] = {}
@@ -176,13 +178,53 @@ class QueueHost:
         return ("ok", None)
 
     def ack(
-        self, client: str, updates: list[tuple[int, int, bytes | None, int, list[bytes]]]
+        self,
+        client: str,
+        updates: list[tuple[int, int, bytes | None, int, list[bytes]]],
+        foreign: list[bytes] | None = None,
     ) -> tuple[Any, ...]:
         """Record a rank's step (see :meth:`LeaseBook.ack`); errors travel as values."""
         try:
-            return ("ok", self._leases.ack(client, updates))
+            return ("ok", self._leases.ack(client, updates, foreign))
         except AsyncReaderError as exc:
             return ("error", type(exc).__name__, str(exc))
+
+    # -- the epoch's tail (see tail) --------------------------------------------------------
+
+    async def tail_wait(self, within: float) -> bool:
+        """Whether the job reached its tail within ``within`` s."""
+        return await self._tail.wait_tail(within)
+
+    def tail_join(self, client: str, *args: Any) -> tuple[Any, ...]:
+        """A rank enters the tail (see :meth:`TailPool.join`)."""
+        try:
+            self._tail.join(client, *args)
+        except AsyncReaderError as exc:
+            return ("error", type(exc).__name__, str(exc))
+        return ("ok",)
+
+    def tail_push(self, client: str, comps: Any, keys: list[bytes] | None, ended: bool) -> Any:
+        """A rank's examples for the pool (see :meth:`TailPool.push`)."""
+        try:
+            self._tail.push(client, comps, keys, ended)
+        except AsyncReaderError as exc:
+            return ("error", type(exc).__name__, str(exc))
+        return ("ok",)
+
+    async def tail_take(self, client: str, rid: int, confirm: int) -> tuple[Any, ...]:
+        """A rank's next batch in the tail (see :meth:`TailPool.take`)."""
+        try:
+            return await self._tail.take(client, rid, confirm)
+        except AsyncReaderError as exc:
+            return ("error", type(exc).__name__, str(exc))
+
+    def tail_status(self) -> dict[str, Any]:
+        """The tail's counts, pool, drops and padding (tests)."""
+        return self._tail.status()
+
+    def drops(self) -> dict[bytes, int]:
+        """Keys the tail's remainder dropped since :meth:`keep_ledger` (tests)."""
+        return self._leases.drops()
 
     def heartbeat(self, client: str) -> bool:
         """A rank is alive; ``False`` when it was declared dead."""

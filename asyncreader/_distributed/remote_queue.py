@@ -24,6 +24,7 @@ from .awaiting import wait_ref
 from .cluster import ACTOR_PREFIX, JOB_ACTOR
 from .hosting import VERBS, JobHost, QueueHost
 from .rank import Anchor, Heartbeat, LeaseClient, unknown_keys
+from .tail import EqualSteps
 
 if TYPE_CHECKING:
     from .._queues.statistics import QueueStatistics
@@ -191,25 +192,43 @@ class RayBackend:
             FailedPreconditionError: this rank was declared dead.
         """
         plans = []
-        rest = keys
+        rest = [key for key in keys if key]  # padded rows of the tail have no key
         for queue in list(self._queues.values()):
             if queue._leases is None:
                 continue
             by_lease, rest = queue._leases.match(rest)
             plans.append((queue, by_lease))
+        # Records that came through a tail pool belong to other ranks' leases: the pool's
+        # actor matches them.
+        foreign: dict[int, list[bytes]] = {}
         if rest:
-            raise unknown_keys(rest)
-        for queue, by_lease in plans:
+            pools = [i for i, (queue, _) in enumerate(plans) if queue._pooled]
+            if not pools:
+                raise unknown_keys(rest)
+            foreign[pools[0]], rest = rest, []
+        for i, (queue, by_lease) in enumerate(plans):
             leases = queue._leases
             assert leases is not None
             updates = leases.updates(by_lease)
             reply = await self._wait(
-                queue._actor.ack.remote(self._client, updates), queue.name, queue._actor
+                queue._actor.ack.remote(self._client, updates, foreign.get(i)),
+                queue.name,
+                queue._actor,
             )
             if reply[0] != "ok":
                 raise _error(reply[1], reply[2])
             leases.acked(by_lease)
             leases.done(reply[1])
+
+    def equal_steps(self, batcher: Any, remainder: str) -> EqualSteps | None:
+        """The pool giving ``batcher`` as many batches as every other rank, or ``None``
+        when this rank leases from no shared queue (nothing to level)."""
+        queues = [q for q in self._queues.values() if q._leases is not None and not q._detached]
+        if not queues or batcher._kind == "padding":
+            return None  # dynamic_pad examples differ in shape: the pool cannot join them
+        queue = queues[0]
+        queue._pooled = True
+        return EqualSteps(self, queue, batcher, remainder)  # type: ignore[arg-type]
 
     async def _lease_client(self, queue: RemoteQueue) -> LeaseClient:
         """Register this rank with ``queue``'s actor as one that leases work items."""
@@ -327,6 +346,7 @@ class RemoteQueue:
         self._confirm: list[int] = []
         self._detached = False
         self._leases: LeaseClient | None = None
+        self._pooled = False  # a batcher levels its steps through this queue's actor
         self._registering = anyio.Lock()
 
     # -- attributes ----------------------------------------------------------------------

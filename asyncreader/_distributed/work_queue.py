@@ -25,7 +25,7 @@ import asyncio
 import collections
 import dataclasses
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .._errors import (
     DataLossError,
@@ -34,6 +34,9 @@ from .._errors import (
     OutOfRangeError,
 )
 from .._readers.work import work_item_bytes
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 __all__ = ["LeaseBook"]
 
@@ -67,6 +70,8 @@ class Lease:
     consumed: set[bytes] = dataclasses.field(default_factory=set)
     #: A reported reader state before which every record was acknowledged, and its offset.
     resume: tuple[bytes, int] | None = None
+    #: Keys of records moved to the epoch's tail pool (another rank acknowledges them).
+    pooled: set[bytes] = dataclasses.field(default_factory=set)
 
 
 @dataclasses.dataclass(eq=False)
@@ -97,8 +102,21 @@ class LeaseBook:
         self._changed = asyncio.Event()
         self._watchdog: asyncio.Task[None] | None = None
         self._ledger: collections.Counter[bytes] | None = None
+        self._drops: collections.Counter[bytes] | None = None
         self._taking = 0  # lease calls in progress
         self.events: list[tuple[float, str, str, int]] = []
+        #: Called with a client that died (``True``) or left (the tail pool's rounds).
+        self.listeners: list[Callable[[str, bool], None]] = []
+        #: Whether a dead client's items need no reading again: every record it read is
+        #: in the tail pool, acknowledged, or was dropped by its pipeline's filter.
+        self.read_out: Callable[[str], bool] = lambda client: False
+        #: Whether another rank may still give items back (the tail pool: it has not
+        #: pushed its last example): a reader then waits instead of ending.
+        self.others_busy: Callable[[str], bool] = lambda client: False
+        self._takers: collections.Counter[str] = collections.Counter()
+        # Leases of ranks that left, by item: records of them in the tail pool are still
+        # acknowledged by other ranks.
+        self._released: dict[bytes, Lease] = {}
 
     # -- ranks -------------------------------------------------------------------------
 
@@ -118,6 +136,30 @@ class LeaseBook:
         rank = self._ranks.get(client)
         if rank is not None:
             rank.seen = time.monotonic()
+
+    def check_watched(self, client: str) -> None:
+        """Raise unless ``client`` is a live rank this book watches.
+
+        Raises:
+            FailedPreconditionError: ``client`` was declared dead, or never registered.
+        """
+        self._check_alive(client)
+        if client not in self._ranks:
+            raise FailedPreconditionError(
+                f"queue '{self._name}': this rank is not registered with the queue"
+            )
+
+    def taking(self, client: str) -> bool:
+        """Whether a reader of ``client`` waits for a work item now."""
+        return client in self._takers
+
+    def wake(self) -> None:
+        """Readers waiting for an item look again (a rank's state changed)."""
+        self._notify()
+
+    def pending(self) -> int:
+        """How many items given back by dead ranks wait to be leased again."""
+        return len(self._pending)
 
     def _check_alive(self, client: str) -> None:
         why = self._fenced.get(client)
@@ -162,9 +204,15 @@ class LeaseBook:
         if rank.watcher is not None and rank.watcher is not asyncio.current_task():
             rank.watcher.cancel()
         back = [lease for lease in self._leases.values() if lease.client == client]
+        if self.read_out(client):
+            for lease in back:
+                self._release(lease)
+            back = []
         for lease in reversed(back):
             self._give_back(lease)
         self.events.append((time.time(), client, why, len(back)))
+        for listener in self.listeners:
+            listener(client, True)
         self._notify()
 
     def left(self, client: str) -> None:
@@ -172,9 +220,24 @@ class LeaseBook:
         rank = self._ranks.pop(client, None)
         if rank is not None and rank.watcher is not None:
             rank.watcher.cancel()
-        for lid in [lid for lid, lease in self._leases.items() if lease.client == client]:
-            del self._leases[lid]
+        for lease in [lease for lease in self._leases.values() if lease.client == client]:
+            self._release(lease)
+        for listener in self.listeners:
+            listener(client, False)
         self._notify()
+
+    def _release(self, lease: Lease) -> None:
+        """Forget ``lease`` (done), but keep it for the acks of its records in the pool."""
+        del self._leases[lease.lid]
+        if lease.pooled or lease.client in self._fenced:
+            self._released[work_item_bytes(lease.item)] = lease
+
+    def unacked(self, keys: list[bytes]) -> list[bytes]:
+        """Those of ``keys`` neither acknowledged nor in the tail pool."""
+        out: list[bytes] = []
+        for lease, group in self._match(keys):
+            out += [k for k in group if k not in lease.consumed and k not in lease.pooled]
+        return out
 
     def _give_back(self, lease: Lease) -> None:
         del self._leases[lease.lid]
@@ -206,10 +269,15 @@ class LeaseBook:
         self._check_alive(client)
         self.seen(client)
         self._taking += 1
+        self._takers[client] += 1
+        self._notify()  # a rank busy in the tail may now be waiting for an item
         try:
             return await self._lease(client, finished)
         finally:
             self._taking -= 1
+            self._takers[client] -= 1
+            if not self._takers[client]:
+                del self._takers[client]
 
     async def _lease(
         self, client: str, finished: list[tuple[int, int]]
@@ -230,8 +298,12 @@ class LeaseBook:
             try:
                 item = await self._dequeue_unless(changed)
             except OutOfRangeError:
-                if not self._pending and not any(
-                    lease.reading and lease.client != client for lease in self._leases.values()
+                if (
+                    not self._pending
+                    and not any(
+                        lease.reading and lease.client != client for lease in self._leases.values()
+                    )
+                    and not self.others_busy(client)
                 ):
                     raise
                 # An item may come back from a rank that dies, or one set aside below
@@ -296,7 +368,7 @@ class LeaseBook:
             position, base = lease.resume
         else:
             position, base = None, 0
-        return lease.lid, lease.item, position, sorted(lease.consumed), base
+        return lease.lid, lease.item, position, sorted(lease.consumed | lease.pooled), base
 
     def withdraw(self, reply: tuple[int, Any, bytes | None, list[bytes], int]) -> None:
         """A lease's grant never reached its reader: the item is pending again."""
@@ -314,10 +386,14 @@ class LeaseBook:
     # -- acknowledgements -----------------------------------------------------------------
 
     def ack(
-        self, client: str, updates: list[tuple[int, int, bytes | None, int, list[bytes]]]
+        self,
+        client: str,
+        updates: list[tuple[int, int, bytes | None, int, list[bytes]]],
+        foreign: list[bytes] | None = None,
     ) -> list[int]:
         """Record ``client``'s step: per lease ``(id, offset, position or None, offset of
-        the position, keys acknowledged)``.
+        the position, keys acknowledged)``, and ``foreign`` keys: records of other ranks'
+        leases that reached ``client`` through the epoch's tail pool.
 
         Returns:
             The ids of the leases now done (read and acknowledged to the end).
@@ -350,6 +426,18 @@ class LeaseBook:
                     f"queue '{self._name}': records of {lease.item!r} acknowledged twice: {shown!r}"
                 )
             leases.append((lease, keys))
+        others = self._match(foreign) if foreign else []
+        for lease, keys in others:
+            again = lease.consumed.intersection(keys)
+            if again or len(set(keys)) != len(keys):
+                shown = sorted(again)[:3] if again else keys[:3]
+                raise InvalidArgumentError(
+                    f"queue '{self._name}': records of {lease.item!r} acknowledged twice: {shown!r}"
+                )
+        for lease, keys in others:
+            self._credit(lease, keys, ledger=True)
+            if lease.lid in self._leases and not lease.reading:
+                self._settle(lease)
         for lease, keys in leases:
             _, offset, position, position_offset, _ = updates_by_id[lease.lid]
             lease.consumed.update(keys)
@@ -365,6 +453,48 @@ class LeaseBook:
                 self._settle(lease)
         self._check_stranded()  # after recording this step: it was delivered
         return done
+
+    def _match(self, keys: list[bytes]) -> list[tuple[Lease, list[bytes]]]:
+        """Group ``keys`` by the lease (of any rank, held, pending or released) of their item.
+
+        Raises:
+            InvalidArgumentError: a key is a record of no item the queue leased.
+        """
+        index: dict[bytes, Lease] = dict(self._released)
+        for held in [*self._pending, *self._leases.values()]:
+            index[work_item_bytes(held.item)] = held
+        found: dict[int, tuple[Lease, list[bytes]]] = {}
+        for key in keys:
+            # WholeFileReader's key is the work item itself.
+            lease = index.get(key) or index.get(key.rpartition(b":")[0])
+            if lease is None:
+                raise InvalidArgumentError(
+                    f"queue '{self._name}': acknowledged key {key!r} is not a record of a "
+                    "work item of this queue"
+                )
+            found.setdefault(id(lease), (lease, []))[1].append(key)
+        return list(found.values())
+
+    def _credit(self, lease: Lease, keys: list[bytes], *, ledger: bool) -> None:
+        lease.consumed.update(keys)
+        lease.pooled.difference_update(keys)
+        if ledger and self._ledger is not None:
+            self._ledger.update(keys)
+
+    def pooled(self, keys: list[bytes]) -> None:
+        """Records ``keys`` moved to the tail pool: a rank taking their item over after
+        its reader's death skips them (the pool delivers them)."""
+        for lease, group in self._match(keys):
+            lease.pooled.update(group)
+
+    def dropped(self, keys: list[bytes]) -> None:
+        """Records ``keys`` dropped by the tail's remainder: done, not delivered."""
+        for lease, group in self._match(keys):
+            self._credit(lease, group, ledger=False)
+            if self._drops is not None:
+                self._drops.update(group)
+            if lease.lid in self._leases and not lease.reading:
+                self._settle(lease)
 
     def _check_stranded(self) -> None:
         """Raise when items given back by dead ranks can no longer be read: every reader
@@ -400,13 +530,19 @@ class LeaseBook:
     # -- inspection (tests, benchmarks) ---------------------------------------------------
 
     def keep_ledger(self) -> None:
-        """Count every acknowledged key from now on (see :meth:`ledger`)."""
+        """Count every acknowledged key, and every key the tail's remainder dropped,
+        from now on (see :meth:`ledger`)."""
         if self._ledger is None:
             self._ledger = collections.Counter()
+            self._drops = collections.Counter()
 
     def ledger(self) -> dict[bytes, int]:
         """How many times each key was acknowledged since :meth:`keep_ledger`."""
         return dict(self._ledger or {})
+
+    def drops(self) -> dict[bytes, int]:
+        """How many times each key was dropped by the tail since :meth:`keep_ledger`."""
+        return dict(self._drops or {})
 
     def status(self) -> dict[str, Any]:
         """Pending items given back, leases held, dead ranks and their events."""

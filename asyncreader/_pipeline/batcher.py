@@ -23,7 +23,7 @@ batcher draws each batch from a full queue, so batches do not depend on task tim
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Generic, Literal
+from typing import TYPE_CHECKING, Any, Generic, Literal, Protocol
 
 import anyio
 import numpy as np
@@ -66,7 +66,21 @@ if TYPE_CHECKING:
     from .._queues.record_refs import RecordRefsArg
     from .._runtime.coordinator import Coordinator
 
-__all__ = ["BatchSpec", "Batcher", "BatcherStatistics", "QueueKind"]
+__all__ = ["BatchSpec", "Batcher", "BatcherStatistics", "QueueKind", "StepSource"]
+
+
+class StepSource(Protocol):
+    """Where a batcher of a ranked session takes its batches (the ``_distributed`` layer:
+    every rank gets the same number per epoch)."""
+
+    padded: int
+    last_padding: int
+    dropped: int
+
+    async def next(self) -> list[Any]:
+        """The next batch's flat components; ``OutOfRangeError`` at the epoch's end."""
+        ...
+
 
 #: Which queue a batcher makes: FIFOQueue, PaddingFIFOQueue or RandomShuffleQueue.
 QueueKind = Literal["fifo", "padding", "shuffle"]
@@ -93,6 +107,9 @@ class BatchSpec:
         keep_input: ``True``, or the ``maybe_`` variants' filter.
         coord: The Coordinator to run in (``None``: the current one).
         record_refs: The example components saved as record references in checkpoints.
+        remainder: In a ranked session, what the examples left at the epoch's end become
+            (``"drop"``, ``"pad"``, ``"smaller"``); ``None``: ``"smaller"`` with
+            ``allow_smaller_final_batch``, else ``"drop"``.
     """
 
     what: str
@@ -109,6 +126,7 @@ class BatchSpec:
     keep_input: object = True
     coord: Coordinator | None
     record_refs: RecordRefsArg = None
+    remainder: object = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,6 +149,13 @@ class BatcherStatistics:
         examples_enqueued: Examples put into the queue so far.
         examples_dropped: Examples skipped because ``keep_input`` was false.
         batches_dequeued: Batches handed out so far.
+        examples_padded: In a ranked session, rows of this rank's batches that repeat an
+            example to fill a batch (see ``remainder``).
+        last_batch_padding: Rows of the last batch handed out that are padding (its
+            last rows).
+        remainder_dropped: In a ranked session, examples of the whole job dropped at the
+            epoch's end (``remainder="drop"``, or fewer left than ranks with
+            ``"smaller"``); known once this rank's batches ended.
     """
 
     batch_size: int
@@ -144,6 +169,9 @@ class BatcherStatistics:
     examples_enqueued: int
     examples_dropped: int
     batches_dequeued: int
+    examples_padded: int = 0
+    last_batch_padding: int = 0
+    remainder_dropped: int = 0
 
 
 class Batcher(Generic[BatchT]):
@@ -179,11 +207,14 @@ class Batcher(Generic[BatchT]):
         "_queue",
         "_ready",
         "_record_refs",
+        "_remainder",
         "_restore",
         "_runner",
         "_seed",
         "_shapes",
         "_sources",
+        "_steps",
+        "_steps_backend",
         "_structure",
         "_what",
     )
@@ -240,7 +271,18 @@ class Batcher(Generic[BatchT]):
         self._batches = 0
         self._restore: Any = None
         self._record_refs = as_record_refs(spec.record_refs)
+        remainder = spec.remainder
+        if remainder is None:
+            remainder = "smaller" if self._allow_smaller else "drop"
+        if remainder not in ("drop", "pad", "smaller"):
+            raise InvalidArgumentError(
+                f"{what}: remainder must be 'drop', 'pad' or 'smaller', not {remainder!r}"
+            )
+        self._remainder: Literal["drop", "pad", "smaller"] = remainder
+        self._steps: StepSource | Literal[False] | None = None
         session = current_session()
+        # A ranked session's backend levels the batch counts of every rank (equal steps).
+        self._steps_backend = getattr(session, "_backend", None)
         if session is not None and session.deterministic:
             self._check_deterministic()
         checkpointer = current_checkpointer()
@@ -521,6 +563,14 @@ class Batcher(Generic[BatchT]):
         """
         if not self._ready.is_set():
             await self._ready.wait()
+        steps = self._steps
+        if steps is None:
+            steps = self._steps = self._equal_steps()
+        if steps:
+            comps = await steps.next()
+            self._batches += 1
+            ranked: BatchT = self._structure_or_fail().pack(comps)
+            return ranked
         queue = self._queue
         if queue is None:
             await anyio.lowlevel.checkpoint()
@@ -539,6 +589,15 @@ class Batcher(Generic[BatchT]):
             out if isinstance(out, (tuple, list)) and len(out) == structure.size else (out,)
         )
         return batch
+
+    def _equal_steps(self) -> StepSource | Literal[False]:
+        """The ranked session's step source for this batcher, or ``False`` (local)."""
+        backend = self._steps_backend
+        make = getattr(backend, "equal_steps", None)
+        if make is None:
+            return False
+        steps: StepSource | None = make(self, self._remainder)
+        return False if steps is None else steps
 
     def __aiter__(self) -> Batcher[BatchT]:
         return self
@@ -586,7 +645,18 @@ class Batcher(Generic[BatchT]):
             ),
             examples_dropped=self._dropped.value,
             batches_dequeued=self._batches,
+            **self._steps_statistics(),
         )
+
+    def _steps_statistics(self) -> dict[str, int]:
+        steps = self._steps
+        if not steps:
+            return {}
+        return {
+            "examples_padded": steps.padded,
+            "last_batch_padding": steps.last_padding,
+            "remainder_dropped": steps.dropped,
+        }
 
     def __repr__(self) -> str:
         s = self.statistics()

@@ -24,10 +24,13 @@ component is its records (see :mod:`.sources`).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 from .._errors import InvalidArgumentError
 from .batcher import Batcher, BatchSpec
+
+#: What a ranked session's batcher does with the examples left at the epoch's end.
+Remainder = Literal["drop", "pad", "smaller"]
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -75,6 +78,7 @@ def batch(
     *,
     coord: Coordinator | None = None,
     record_refs: RecordRefsArg = None,
+    remainder: Remainder | None = None,
 ) -> Batcher:
     """Batch the examples that ``tensors`` produces, in order.
 
@@ -106,6 +110,14 @@ def batch(
             saved in checkpoints as references instead of bytes: a
             :class:`~asyncreader.RecordRefs` (``key`` / ``value`` are tuple indices or
             dict keys of the example), or a reader for components 0 and 1.
+        remainder: Only in a Session with a cluster, where every rank gets the same
+            number of batches per epoch: what the examples left at the epoch's end
+            (fewer than one batch per rank) become. ``"drop"`` (counted in
+            ``statistics().remainder_dropped``), ``"smaller"`` (one more batch each,
+            sizes differing by at most one) or ``"pad"`` (one more full batch each,
+            repeating examples; ``statistics().last_batch_padding`` says how many rows).
+            Default: ``"smaller"`` with ``allow_smaller_final_batch=True``, else
+            ``"drop"``. See the scale-out guide's "Equal steps".
 
     Returns:
         A :class:`Batcher`.
@@ -131,6 +143,7 @@ def batch(
             allow_smaller_final_batch=allow_smaller_final_batch,
             coord=coord,
             record_refs=record_refs,
+            remainder=remainder,
         )
     )
 
@@ -148,6 +161,7 @@ def maybe_batch(
     *,
     coord: Coordinator | None = None,
     record_refs: RecordRefsArg = None,
+    remainder: Remainder | None = None,
 ) -> Batcher:
     """Like :func:`batch`, but enqueue only the examples ``keep_input`` accepts.
 
@@ -184,6 +198,7 @@ def maybe_batch(
             keep_input=keep_input,
             coord=coord,
             record_refs=record_refs,
+            remainder=remainder,
         )
     )
 
@@ -199,6 +214,7 @@ def batch_join(
     *,
     coord: Coordinator | None = None,
     record_refs: RecordRefsArg = None,
+    remainder: Remainder | None = None,
 ) -> Batcher:
     """Batch examples from several sources, one runner task per source.
 
@@ -235,6 +251,7 @@ def batch_join(
             allow_smaller_final_batch=allow_smaller_final_batch,
             coord=coord,
             record_refs=record_refs,
+            remainder=remainder,
         )
     )
 
@@ -251,6 +268,7 @@ def maybe_batch_join(
     *,
     coord: Coordinator | None = None,
     record_refs: RecordRefsArg = None,
+    remainder: Remainder | None = None,
 ) -> Batcher:
     """Like :func:`batch_join`, but enqueue only the examples ``keep_input`` accepts.
 
@@ -280,6 +298,7 @@ def maybe_batch_join(
             keep_input=keep_input,
             coord=coord,
             record_refs=record_refs,
+            remainder=remainder,
         )
     )
 
@@ -297,6 +316,7 @@ def shuffle_batch(
     *,
     coord: Coordinator | None = None,
     record_refs: RecordRefsArg = None,
+    remainder: Remainder | None = None,
 ) -> Batcher:
     """Batch the examples that ``tensors`` produces, in random order.
 
@@ -336,6 +356,7 @@ def shuffle_batch(
             allow_smaller_final_batch=allow_smaller_final_batch,
             coord=coord,
             record_refs=record_refs,
+            remainder=remainder,
         )
     )
 
@@ -354,6 +375,7 @@ def maybe_shuffle_batch(
     *,
     coord: Coordinator | None = None,
     record_refs: RecordRefsArg = None,
+    remainder: Remainder | None = None,
 ) -> Batcher:
     """Like :func:`shuffle_batch`, but enqueue only the examples ``keep_input`` accepts.
 
@@ -385,6 +407,7 @@ def maybe_shuffle_batch(
             keep_input=keep_input,
             coord=coord,
             record_refs=record_refs,
+            remainder=remainder,
         )
     )
 
@@ -401,6 +424,7 @@ def shuffle_batch_join(
     *,
     coord: Coordinator | None = None,
     record_refs: RecordRefsArg = None,
+    remainder: Remainder | None = None,
 ) -> Batcher:
     """Batch examples from several sources in random order, one task per source.
 
@@ -431,6 +455,7 @@ def shuffle_batch_join(
             allow_smaller_final_batch=allow_smaller_final_batch,
             coord=coord,
             record_refs=record_refs,
+            remainder=remainder,
         )
     )
 
@@ -448,6 +473,7 @@ def maybe_shuffle_batch_join(
     *,
     coord: Coordinator | None = None,
     record_refs: RecordRefsArg = None,
+    remainder: Remainder | None = None,
 ) -> Batcher:
     """Like :func:`shuffle_batch_join`, but enqueue only what ``keep_input`` accepts.
 
@@ -479,5 +505,6 @@ def maybe_shuffle_batch_join(
             keep_input=keep_input,
             coord=coord,
             record_refs=record_refs,
+            remainder=remainder,
         )
     )

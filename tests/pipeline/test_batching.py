@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import functools
 from collections import Counter
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -671,3 +672,34 @@ async def test_a_producer_queue_feeds_batch_inside_a_session() -> None:
     assert list(first) == list(second) == names
     assert files.is_closed()
     assert b.statistics().closed
+
+
+# -- remainder (equal steps in a ranked session; nothing changes in one process) ---------
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda src, **kw: ar.batch(src, 4, **kw),
+        lambda src, **kw: ar.maybe_batch(src, True, 4, **kw),
+        lambda src, **kw: ar.shuffle_batch(src, 4, 20, 2, seed=1, **kw),
+        lambda src, **kw: ar.maybe_shuffle_batch(src, 4, 20, 2, True, seed=1, **kw),
+        lambda src, **kw: ar.batch_join([src], 4, **kw),
+        lambda src, **kw: ar.maybe_batch_join([src], True, 4, **kw),
+        lambda src, **kw: ar.shuffle_batch_join([src], 4, 20, 2, seed=1, **kw),
+        lambda src, **kw: ar.maybe_shuffle_batch_join([src], 4, 20, 2, True, seed=1, **kw),
+    ],
+)
+async def test_remainder_is_checked_and_changes_nothing_in_one_process(make: Any) -> None:
+    async with ar.Coordinator():
+        with pytest.raises(ar.InvalidArgumentError, match="remainder must be 'drop', 'pad'"):
+            make(counter_source(10), remainder="all")
+    for remainder in ("drop", "pad", "smaller"):
+        batches = await run(functools.partial(make, counter_source(10), remainder=remainder))
+        assert [len(b) for b in batches] == [4, 4]  # as without it: the last 2 dropped
+        smaller = await run(
+            functools.partial(
+                make, counter_source(10), allow_smaller_final_batch=True, remainder=remainder
+            )
+        )
+        assert sorted(flat(smaller)) == list(range(10))

@@ -1,0 +1,670 @@
+"""Equal steps per rank: the epoch's tail, its pool of examples, and its rounds.
+
+While the shared work queue still has items to lease, each rank batches what its own
+readers read. Once it has none (closed, empty, nothing given back by a dead rank) the
+job is in its *tail*: the work queue's actor says so to every rank's batcher, and from
+then on each rank pushes the examples it still gets (its queue's content, then the rest
+of its files) to a :class:`TailPool` in that actor, and takes its batches from the pool.
+
+The pool hands out batches so that every live rank ends with the same count: a rank
+whose count is below the highest one takes a full batch as soon as the pool holds one
+(ranks that ran ahead before the tail wait); when every count is equal, a new *round*
+starts only once the pool holds one full batch for each live rank. When every live rank
+has pushed its last example, what is left (less than one batch per live rank) follows
+the batcher's ``remainder``: ``"drop"`` (counted), ``"smaller"`` (split evenly, sizes
+differ by at most one; dropped when there are fewer examples than ranks) or ``"pad"``
+(one more full batch each, filled by repeating the remaining examples). A rank still
+behind at that point (it ran ahead too far for the rest to level it) is levelled with a
+padded batch, in every mode.
+
+No wait is unbounded: a take waits for the pool, the pool for the ranks still pushing,
+and a rank that dies is dropped from the rounds (the lease book's anchor watch or its
+``lease_timeout``); a batch handed to it and not confirmed by its next take goes back to
+the pool. A rank that never reaches its first batch is waited for ``lease_timeout``
+after the tail began.
+
+:class:`EqualSteps` is the rank's side: the batcher's ``dequeue`` calls it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import dataclasses
+import time
+from typing import TYPE_CHECKING, Any, Literal
+
+import anyio
+import numpy as np
+
+from .._errors import (
+    AsyncReaderError,
+    FailedPreconditionError,
+    InvalidArgumentError,
+    OutOfRangeError,
+)
+
+if TYPE_CHECKING:
+    from .remote_queue import RayBackend, RemoteQueue
+    from .work_queue import LeaseBook
+
+__all__ = ["REMAINDERS", "EqualSteps", "TailPool"]
+
+#: What happens to the examples left when there are fewer than one batch per live rank.
+REMAINDERS = ("drop", "pad", "smaller")
+
+#: The longest an actor-side wait lasts before the rank asks again (bounded calls).
+_POLL = 10.0
+#: How often the actor looks at the work queue for the tail's start.
+_TAIL_CHECK = 0.02
+
+Comps = list[np.ndarray[Any, Any]]
+
+
+@dataclasses.dataclass(eq=False)
+class _Chunk:
+    """Examples pushed by a rank: flat components, and their record keys if known."""
+
+    comps: Comps
+    keys: list[bytes] | None
+
+    def __len__(self) -> int:
+        return len(self.comps[0])
+
+
+@dataclasses.dataclass(eq=False)
+class _Handed:
+    """A batch handed to a rank: its request id, components, padded rows, real examples."""
+
+    rid: int
+    comps: Comps
+    padded: int
+    real: _Chunk | None
+
+
+@dataclasses.dataclass(eq=False)
+class _Member:
+    """A rank in the tail: its batch count, whether its input ended, what is in doubt."""
+
+    count: int
+    ended: bool = False
+    #: The last batch it had before the tail: the step it may not have acknowledged.
+    window: _Chunk | None = None
+    #: The last batch handed out and not confirmed yet.
+    in_doubt: _Handed | None = None
+    generation: int = 0
+
+
+def _concat(chunks: list[_Chunk]) -> _Chunk:
+    if len(chunks) == 1:
+        return chunks[0]
+    comps = [np.concatenate([c.comps[i] for c in chunks]) for i in range(len(chunks[0].comps))]
+    keys: list[bytes] | None = []
+    for c in chunks:
+        if c.keys is None or keys is None:
+            keys = None
+        else:
+            keys += c.keys
+    return _Chunk(comps, keys)
+
+
+def _split(chunk: _Chunk, n: int) -> tuple[_Chunk, _Chunk]:
+    head = _Chunk([c[:n] for c in chunk.comps], None if chunk.keys is None else chunk.keys[:n])
+    tail = _Chunk([c[n:] for c in chunk.comps], None if chunk.keys is None else chunk.keys[n:])
+    return head, tail
+
+
+def _padded(chunk: _Chunk, size: int, key_index: int | None) -> Comps:
+    """``chunk``'s examples repeated in order up to ``size`` rows; padded rows get an
+    empty record key (so that acknowledging a batch's keys skips them)."""
+    n = len(chunk)
+    index = np.arange(size) % n
+    comps = [c[index] for c in chunk.comps]  # copies
+    if key_index is not None and size > n:
+        comps[key_index][n:] = b""
+    return comps
+
+
+class TailPool:
+    """The tail's pool of one work queue (the actor side; see the module).
+
+    Args:
+        book: The queue's leases: who is alive, and whether items are still to lease.
+        queue: The hosted work queue.
+        name: Its shared name, for messages.
+    """
+
+    def __init__(self, book: LeaseBook, queue: Any, name: str) -> None:
+        self._book = book
+        self._queue = queue
+        self._name = name
+        self._config: tuple[int, str, int] | None = None  # batch size, remainder, ranks
+        self._key_index: int | None = None
+        self._grace = 0.0
+        self._members: dict[str, _Member] = {}
+        self._gone: set[str] = set()
+        self._chunks: collections.deque[_Chunk] = collections.deque()
+        self._size = 0
+        self._sample: _Chunk | None = None
+        self._structure: Any = None
+        self._tail_since: float | None = None
+        self._final: list[Comps] | None = None  # the last round, one batch per live rank
+        self._final_padding: list[int] = []
+        self._level = -1  # the count every rank ends with, once decided
+        self._changed = asyncio.Event()
+        self.dropped = 0
+        self.padded = 0
+        book.listeners.append(self._rank_gone)
+        book.others_busy = self._others_busy
+        book.read_out = self._read_out
+
+    # -- the tail's start --------------------------------------------------------------
+
+    def in_tail(self) -> bool:
+        """Whether no work item is left to lease (the queue is closed and empty, and no
+        item given back by a dead rank waits)."""
+        if self._tail_since is not None:
+            return True
+        queue = self._queue
+        if self._book.pending() or not queue.is_closed() or queue.size() > 0:
+            return False
+        self._tail_since = time.monotonic()
+        return True
+
+    async def wait_tail(self, within: float) -> bool:
+        """Return ``True`` once the job is in its tail, ``False`` after ``within`` s."""
+        deadline = time.monotonic() + within
+        while not self.in_tail():
+            if time.monotonic() > deadline:
+                return False
+            await asyncio.sleep(_TAIL_CHECK)
+        return True
+
+    # -- ranks ------------------------------------------------------------------------
+
+    def join(
+        self,
+        client: str,
+        count: int,
+        config: tuple[int, str, int],
+        key_index: int | None,
+        sample: Comps | None,
+        structure: Any,
+        grace: float,
+    ) -> None:
+        """``client`` enters the tail with ``count`` batches so far.
+
+        Raises:
+            InvalidArgumentError: another rank batches with another batch size,
+                remainder or world size.
+            FailedPreconditionError: ``client`` was declared dead, or is not watched.
+        """
+        self._book.check_watched(client)
+        self._book.seen(client)
+        if self._config is None:
+            self._config = config
+            self._key_index = key_index
+            self._grace = grace
+        elif self._config != config:
+            raise InvalidArgumentError(
+                f"queue '{self._name}': ranks batch its records differently (batch_size, "
+                f"remainder, world_size): {self._config!r} and {config!r}"
+            )
+        if self._structure is None and structure is not None:
+            self._structure = structure
+        window = None
+        if sample is not None:
+            keys = None if key_index is None else [bytes(k) for k in sample[key_index]]
+            window = _Chunk(sample, keys)
+            if self._sample is None:
+                self._sample = window
+        if self._tail_since is None:  # its input ended: nothing is left to lease
+            self._tail_since = time.monotonic()
+        self._members.setdefault(client, _Member(count, window=window))
+        self._notify()
+
+    def _others_busy(self, client: str) -> bool:
+        """Whether a rank other than ``client`` still moves examples to the pool (its
+        input has not ended) while it reads: if it dies, its items come back, and a
+        reader must be there to take them."""
+        book = self._book
+        return any(
+            not m.ended and other != client and not book.taking(other)
+            for other, m in self._members.items()
+        )
+
+    def _read_out(self, client: str) -> bool:
+        """Whether ``client`` pushed its last example: its items need no reading again
+        (what it read is in the pool or acknowledged, but for its window, see
+        :meth:`_rank_gone`)."""
+        member = self._members.get(client)
+        return member is not None and member.ended
+
+    def _rank_gone(self, client: str, died: bool) -> None:
+        """``client`` died or left: later rounds count one rank fewer."""
+        if client in self._gone:
+            return
+        self._gone.add(client)
+        member = self._members.pop(client, None)
+        window = None if member is None or not died or not member.ended else member.window
+        if window is not None and window.keys is not None and self._level < 0:
+            # Its items are not read again: the examples of its last local step that it
+            # had not acknowledged are delivered from here instead.
+            lost = set(self._book.unacked(window.keys))
+            if lost:
+                index = np.array([k in lost for k in window.keys])
+                comps = [c[index] for c in window.comps]
+                keys = [k for k in window.keys if k in lost]
+                self._book.pooled(keys)
+                self._give_back(_Chunk(comps, keys))
+        if member is not None and member.in_doubt is not None:
+            handed, member.in_doubt = member.in_doubt, None
+            self.padded -= handed.padded
+            if handed.real is not None and len(handed.real):
+                if self._final is not None:
+                    self._drop(handed.real)  # the last round was formed with it
+                else:
+                    self._give_back(handed.real)
+        if member is not None and self._final and member.count < self._level:
+            # Its batch of the last round was never taken: nobody else needs it.
+            comps, padded = self._final.pop(), self._final_padding.pop()
+            self.padded -= padded
+            self._drop(self._real(comps, padded))
+        self._notify()
+
+    def _give_back(self, chunk: _Chunk) -> None:
+        self._chunks.appendleft(chunk)
+        self._size += len(chunk)
+
+    def _notify(self) -> None:
+        self._changed.set()
+        self._changed = asyncio.Event()
+
+    # -- examples in, batches out ------------------------------------------------------
+
+    def push(self, client: str, comps: Comps | None, keys: list[bytes] | None, ended: bool) -> None:
+        """Add examples ``client`` read; ``ended``: its input has ended.
+
+        Raises:
+            FailedPreconditionError: ``client`` was declared dead or is not in the tail.
+        """
+        self._book.check_watched(client)
+        member = self._members.get(client)
+        if member is None:
+            raise FailedPreconditionError(f"queue '{self._name}': push before joining the tail")
+        if comps is not None and len(comps[0]):
+            if keys:
+                # Not read again if the rank dies: the pool delivers them (checked first,
+                # so a refused push marks nothing).
+                self._book.pooled(keys)
+            chunk = _Chunk(comps, keys)
+            if self._final is not None or self._level >= 0:
+                self._drop(chunk)  # cannot happen while the rank's input runs; be safe
+            else:
+                self._chunks.append(chunk)
+                self._size += len(chunk)
+                if self._sample is None:
+                    self._sample = chunk
+        if ended and not member.ended:
+            member.ended = True
+            self._book.wake()
+        self._notify()
+
+    async def take(self, client: str, rid: int, confirm: int) -> tuple[Any, ...]:
+        """The next batch of ``client`` (request ``rid``), once the rounds allow it.
+
+        ``confirm`` is the id of the last batch ``client`` received; a batch handed out
+        since and not confirmed goes back to the pool (the reply was lost). Returns after
+        at most :data:`_POLL` s.
+
+        Returns:
+            ``("batch", components, padded rows, structure)``, ``("end", dropped,
+            padded)`` once every rank has its last batch, or ``("wait",)``: ask again.
+
+        Raises:
+            FailedPreconditionError: ``client`` was declared dead or is not in the tail.
+        """
+        self._book.check_watched(client)
+        self._book.seen(client)
+        member = self._members.get(client)
+        if member is None:
+            raise FailedPreconditionError(f"queue '{self._name}': take before joining the tail")
+        handed, member.in_doubt = member.in_doubt, None
+        if handed is not None and handed.rid != confirm:  # the rank never got it
+            member.count -= 1
+            self.padded -= handed.padded
+            if self._final is not None:
+                self._final.append(handed.comps)
+                self._final_padding.append(handed.padded)
+                self.padded += handed.padded
+            elif handed.real is not None and len(handed.real):
+                self._give_back(handed.real)
+            self._notify()
+        member.generation += 1
+        generation = member.generation
+        deadline = time.monotonic() + _POLL
+        while True:
+            self._book.check_watched(client)
+            if member.generation != generation or client not in self._members:
+                return ("wait",)  # superseded by a later take of the same rank
+            decided = self._decide(client, member)
+            if decided is not None:
+                if decided[0] == "batch":
+                    member.in_doubt = _Handed(rid, decided[1], decided[2], decided[4])
+                    member.count += 1
+                    return decided[:4]
+                return decided
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return ("wait",)
+            changed = self._changed
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(changed.wait(), min(left, 0.5))
+
+    def _live(self) -> list[_Member]:
+        return list(self._members.values())
+
+    def _ready(self) -> bool:
+        """Every rank joined or is gone, or the stragglers' grace has passed."""
+        assert self._config is not None
+        world = self._config[2]
+        if len(self._members) + len(self._gone) >= world:
+            return True
+        assert self._tail_since is not None
+        return time.monotonic() - self._tail_since > self._grace
+
+    def _decide(self, client: str, member: _Member) -> tuple[Any, ...] | None:
+        """What ``client`` gets now: a batch, the end, or ``None`` (wait)."""
+        assert self._config is not None
+        batch_size, remainder, _ = self._config
+        if self._level >= 0:
+            if member.count >= self._level:
+                return ("end", self.dropped, self.padded)
+            if self._final:
+                comps = self._final.pop()
+                padded = self._final_padding.pop()
+                return ("batch", comps, padded, self._structure, self._real(comps, padded))
+            # A rank that joined after the last round was formed (its grace had passed):
+            # level it with padding.
+            return self._level_up(batch_size)
+        if not self._ready():
+            return None
+        live = self._live()
+        high = max(m.count for m in live)
+        low = min(m.count for m in live)
+        ended = all(m.ended for m in live)
+        if member.count < high:  # behind: level it
+            if self._size >= batch_size:
+                return self._full(batch_size)
+            if ended:
+                return self._level_up(batch_size)
+            return None
+        if low < high:
+            return None  # the ranks behind come first
+        if self._size >= batch_size * len(live):
+            return self._full(batch_size)  # a new round: one batch for each live rank
+        if not ended:
+            return None
+        self._last_round(len(live), batch_size, remainder, high)
+        return self._decide(client, member)
+
+    def _take_examples(self, n: int) -> _Chunk:
+        parts: list[_Chunk] = []
+        need = n
+        while need:
+            chunk = self._chunks.popleft()
+            if len(chunk) > need:
+                chunk, rest = _split(chunk, need)
+                self._chunks.appendleft(rest)
+            parts.append(chunk)
+            need -= len(chunk)
+        self._size -= n
+        return _concat(parts)
+
+    def _full(self, batch_size: int) -> tuple[Any, ...]:
+        chunk = self._take_examples(batch_size)
+        return ("batch", chunk.comps, 0, self._structure, chunk)
+
+    def _level_up(self, batch_size: int) -> tuple[Any, ...]:
+        """A batch for a rank behind when too few examples are left: padded."""
+        if self._size:
+            chunk = self._take_examples(self._size)
+            real: _Chunk | None = chunk
+        else:
+            assert self._sample is not None  # a rank ahead had batches: it sent one
+            chunk, real = self._sample, None
+        n = len(chunk) if real is not None else 0
+        self.padded += batch_size - n
+        comps = _padded(chunk, batch_size, self._key_index)
+        if real is None and self._key_index is not None:
+            comps[self._key_index][:] = b""
+        return ("batch", comps, batch_size - n, self._structure, real)
+
+    def _last_round(self, ranks: int, batch_size: int, remainder: str, count: int) -> None:
+        """Decide what the examples left (< one batch per live rank) become."""
+        left = self._take_examples(self._size) if self._size else None
+        n = 0 if left is None else len(left)
+        self._level = count
+        self._final, self._final_padding = [], []
+        if left is None or remainder == "drop" or (remainder == "smaller" and n < ranks):
+            if left is not None:
+                self._drop(left)
+            self._notify()
+            return
+        self._level = count + 1
+        if remainder == "smaller":
+            sizes = [n // ranks + (1 if i < n % ranks else 0) for i in range(ranks)]
+            rest = left
+            for size in sizes:
+                part, rest = _split(rest, size)
+                self._final.append(part.comps)
+                self._final_padding.append(0)
+        else:  # "pad": the remaining examples spread over one full batch each
+            comps = _padded(left, ranks * batch_size, self._key_index)
+            for i in range(ranks):
+                self._final.append([c[i * batch_size : (i + 1) * batch_size] for c in comps])
+                self._final_padding.append(max(0, min(batch_size, (i + 1) * batch_size - n)))
+            self.padded += ranks * batch_size - n
+        self._notify()
+
+    def _real(self, comps: Comps, padded: int) -> _Chunk:
+        """The examples of a batch that are not padding (they come first)."""
+        n = len(comps[0]) - padded
+        real = [c[:n] for c in comps]
+        index = self._key_index
+        return _Chunk(real, None if index is None else [bytes(k) for k in real[index]])
+
+    def _drop(self, chunk: _Chunk) -> None:
+        self.dropped += len(chunk)
+        if chunk.keys is not None:
+            self._book.dropped(chunk.keys)
+
+    def status(self) -> dict[str, Any]:
+        """The tail's state (tests)."""
+        return {
+            "tail": self._tail_since is not None,
+            "counts": {c: m.count for c, m in self._members.items()},
+            "gone": sorted(self._gone),
+            "pooled": self._size,
+            "dropped": self.dropped,
+            "padded": self.padded,
+        }
+
+
+# -- the rank's side ---------------------------------------------------------------------
+
+
+class EqualSteps:
+    """A batcher's batches in a ranked session: local until the tail, then from the pool.
+
+    Args:
+        backend: The session's backend.
+        queue: The shared work queue the rank's readers lease from (its actor hosts the
+            pool).
+        batcher: The batcher (its queue, structure, batch size and name).
+        remainder: ``"drop"``, ``"pad"`` or ``"smaller"``.
+    """
+
+    def __init__(
+        self,
+        backend: RayBackend,
+        queue: RemoteQueue,
+        batcher: Any,
+        remainder: Literal["drop", "pad", "smaller"],
+    ) -> None:
+        self._backend = backend
+        self._queue = queue
+        self._batcher = batcher
+        self._remainder = remainder
+        self._tail = anyio.Event()
+        self._joined = False
+        self._ended: OutOfRangeError | None = None
+        self._count = 0
+        self._sample: Comps | None = None
+        self._rid = 0
+        self._confirm = -1
+        self._pusher_error: BaseException | None = None
+        #: Every example this rank read is in the pool (or was handed out before).
+        self.pushed_all = False
+        self.padded = 0
+        self.last_padding = 0
+        self.dropped = 0
+        batcher._coord.start_soon(self._watch, name=f"{batcher._what}-tail-watch")
+
+    async def _call(self, method: str, *args: Any) -> Any:
+        queue = self._queue
+        actor = queue._actor
+        reply = await self._backend._wait(getattr(actor, method).remote(*args), queue.name, actor)
+        if isinstance(reply, tuple) and reply and reply[0] == "error":
+            from .remote_queue import _error
+
+            raise _error(reply[1], reply[2])
+        return reply
+
+    async def _watch(self) -> None:
+        """Wait (in bounded calls) until the work queue's actor reports the tail."""
+        while not await self._call("tail_wait", _POLL):
+            pass
+        self._tail.set()
+
+    async def next(self) -> Comps:
+        """The batch's flat components.
+
+        Raises:
+            OutOfRangeError: every rank had its last batch of the epoch.
+        """
+        if self._ended is not None:
+            await anyio.lowlevel.checkpoint()
+            raise OutOfRangeError(str(self._ended))
+        if not self._tail.is_set():
+            local = await self._local_or_tail()
+            if local is not None:
+                self._count += 1
+                self._sample = local
+                self.last_padding = 0
+                return local
+        if not self._joined:
+            await self._join()
+        while True:
+            if self._pusher_error is not None:
+                raise self._pusher_error
+            self._rid += 1
+            reply = await self._call("tail_take", self._backend._client, self._rid, self._confirm)
+            if reply[0] == "batch":
+                self._confirm = self._rid
+                _, comps, padded, structure = reply
+                batcher = self._batcher
+                if batcher._structure is None and structure is not None:
+                    from .._pipeline.structure import Structure
+
+                    batcher._structure = Structure.from_state(structure)
+                self._count += 1
+                self.padded += padded
+                self.last_padding = padded
+                return list(comps)
+            if reply[0] == "end":
+                self.dropped = reply[1]
+                self._ended = OutOfRangeError(
+                    f"{self._batcher._what}: the epoch ended on every rank after "
+                    f"{self._count} batches each ({reply[1]} examples of the remainder "
+                    f"dropped, {reply[2]} padded)"
+                )
+                raise OutOfRangeError(str(self._ended))
+
+    async def _local_or_tail(self) -> Comps | None:
+        """A local batch, or ``None`` once the tail began (or this rank's input ended)."""
+        batcher = self._batcher
+        queue = batcher._queue
+        if queue is None:
+            return None  # the input ended before the first example
+        size = batcher._batch_size
+        got: list[Any] = []
+
+        async def local(scope: anyio.CancelScope) -> None:
+            with contextlib.suppress(OutOfRangeError):  # fewer than a batch left: pooled
+                got.append(await queue.dequeue_many(size))
+            scope.cancel()
+
+        async def tail(scope: anyio.CancelScope) -> None:
+            await self._tail.wait()
+            scope.cancel()
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(local, tg.cancel_scope)
+            tg.start_soon(tail, tg.cancel_scope)
+        if not got:
+            self._tail.set()  # this rank's input ended: the tail has begun
+            return None
+        out = got[0]
+        structure = batcher._structure_or_fail()
+        return list(out) if isinstance(out, (tuple, list)) and len(out) == structure.size else [out]
+
+    async def _join(self) -> None:
+        batcher = self._batcher
+        structure = batcher._structure
+        try:
+            refs = batcher._queue_record_refs() if structure is not None else None
+        except InvalidArgumentError:
+            refs = None
+        self._key_index = None if refs is None else refs.key
+        config = (batcher._batch_size, self._remainder, self._backend.world_size)
+        await self._call(
+            "tail_join",
+            self._backend._client,
+            self._count,
+            config,
+            self._key_index,
+            self._sample,
+            None if structure is None else structure.to_state(),
+            self._backend._cluster.lease_timeout,
+        )
+        self._joined = True
+        batcher._coord.start_soon(self._push, name=f"{batcher._what}-tail-push")
+
+    async def _push(self) -> None:
+        """Move what this rank still reads to the pool, a batch at a time."""
+        batcher = self._batcher
+        queue = batcher._queue
+        client = self._backend._client
+        size = batcher._batch_size
+        try:
+            while queue is not None:
+                try:
+                    out = await queue.dequeue_up_to(size)
+                except OutOfRangeError:
+                    break
+                comps = self._flat(out)
+                keys = None
+                if self._key_index is not None:
+                    keys = [bytes(k) for k in comps[self._key_index]]
+                await self._call("tail_push", client, comps, keys, False)
+            await self._call("tail_push", client, None, None, True)
+            self.pushed_all = True
+        except AsyncReaderError as exc:
+            self._pusher_error = exc
+            raise
+
+    def _flat(self, out: Any) -> Comps:
+        structure = self._batcher._structure_or_fail()
+        return list(out) if isinstance(out, (tuple, list)) and len(out) == structure.size else [out]

@@ -1,0 +1,312 @@
+"""Equal steps: every rank gets the same number of batches per epoch.
+
+Ranks here are Sessions of this process reading skewed TFRecord files (one ten times the
+others) from one shared work queue through a batcher that filters records
+(``maybe_batch``, ``maybe_shuffle_batch``); one rank trains slower, so the others take
+more files and run ahead. Every rank must end with the same batch count, the records
+delivered (acknowledged) must be every kept record once except those the remainder
+dropped, and padded rows must be counted. Killing a rank's anchor is its death.
+"""
+
+from __future__ import annotations
+
+import collections
+import functools
+import random
+from typing import TYPE_CHECKING, Any
+
+import anyio
+import numpy as np
+import pytest
+
+import asyncreader as ar
+
+from .test_leases import anchor_of, write_files
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from .conftest import RayEnv
+
+pytestmark = [pytest.mark.anyio, pytest.mark.timeout(120)]
+
+BATCH = 8
+
+
+def keep(example: Any) -> Any:
+    """Keep records whose number in their file is not a multiple of 4."""
+    _, values = example
+    return np.array([int(bytes(v).split(b"-")[1]) % 4 != 0 for v in values])
+
+
+async def kept(paths: list[str]) -> list[bytes]:
+    """The keys of the records :func:`keep` keeps (from one local read)."""
+    queue = ar.FIFOQueue(None)
+    await queue.enqueue_many(paths)
+    await queue.close()
+    out: list[bytes] = []
+    async with ar.TFRecordReader() as reader:
+        while True:
+            try:
+                keys, values = await reader.read_up_to(queue, 1000)
+            except ar.OutOfRangeError:
+                return out
+            out += [k for k, f in zip(keys, keep((keys, values)), strict=True) if f]
+
+
+async def ask(queue: Any, method: str) -> Any:
+    from asyncreader._distributed.awaiting import wait_ref
+
+    return await wait_ref(getattr(queue._actor, method).remote())
+
+
+class Rank:
+    """What one rank saw."""
+
+    def __init__(self) -> None:
+        self.batches: list[list[bytes]] = []
+        self.padding: list[int] = []
+        self.stats: Any = None
+        self.error: BaseException | None = None
+        self.done = anyio.Event()
+        self.stopped = anyio.Event()
+        self.settled = anyio.Event()  # stopped, or done without stopping
+
+
+class Job:
+    """The job's ranks, what they saw, and the work queue's state at the end."""
+
+    def __init__(self, paths: list[str], ranks: int, read_out: bool) -> None:
+        self.paths = paths
+        self.read_out = read_out  # kill the rank only once it pushed its last example
+        self.outs = [Rank() for _ in range(ranks)]
+        self.anchors: list[Any] = [None] * ranks
+        self.finished = anyio.Event()  # every live rank is done: rank 0 looks at the queue
+        self.looked = anyio.Event()
+        self.tail: Any = None
+        self.ledger: dict[bytes, int] = {}
+        self.drops: dict[bytes, int] = {}
+
+
+async def run_rank(
+    job: Job,
+    cluster: ar.RayCluster,
+    rank: int,
+    shuffle: bool,
+    remainder: str,
+    delay: float,
+    *,
+    stop_in_tail: bool = False,
+) -> None:
+    out = job.outs[rank]
+    try:
+        async with ar.Session(cluster=cluster, rank=rank, world_size=len(job.outs)) as sess:
+            await steps(job, sess, rank, shuffle, remainder, delay, stop_in_tail)
+            if rank == 0:
+                await job.finished.wait()
+                work: Any = ar.FIFOQueue(None, shared_name="files")
+                job.tail = await ask(work, "tail_status")
+                job.ledger = await ask(work, "ledger")
+                job.drops = await ask(work, "drops")
+                job.looked.set()
+            await job.looked.wait()  # the job's actors go with the last rank out
+    except ar.AsyncReaderError as exc:
+        if not stop_in_tail:
+            raise
+        out.error = exc  # the killed rank: its session ends with what killed it
+
+
+async def steps(
+    job: Job,
+    sess: ar.Session,
+    rank: int,
+    shuffle: bool,
+    remainder: str,
+    delay: float,
+    stop_in_tail: bool,
+) -> None:
+    out = job.outs[rank]
+    work: Any = ar.FIFOQueue(None, shared_name="files")
+    if rank == 0:
+        await ask(work, "keep_ledger")
+        await work.enqueue_many(job.paths)
+        await work.close()
+    reader = ar.TFRecordReader()
+
+    async def source() -> Any:
+        return await reader.read_up_to(work, 16)
+
+    common: dict[str, Any] = {"enqueue_many": True, "record_refs": reader, "remainder": remainder}
+    if shuffle:
+        batcher = ar.maybe_shuffle_batch(source, BATCH, 200, 20, keep, seed=1, **common)
+    else:
+        batcher = ar.maybe_batch(source, keep, BATCH, **common)
+    tail: Any = None
+    async for keys, _ in batcher:
+        out.batches.append([bytes(k) for k in keys])
+        out.padding.append(batcher.statistics().last_batch_padding)
+        await anyio.sleep(delay)  # the training step
+        tail = batcher._steps
+        if stop_in_tail and tail._joined and (not job.read_out or tail.pushed_all):
+            # Its first batch from the pool: it hangs in the step, unacknowledged,
+            # and is killed.
+            job.anchors[rank] = anchor_of(sess)
+            out.stopped.set()
+            out.settled.set()
+            await job.looked.wait()  # (a dead process would end here)
+            return
+        await sess.ack(list(keys))  # padded rows have an empty key: skipped
+    out.stats = batcher.statistics()
+    out.done.set()
+    out.settled.set()
+
+
+async def run_job(
+    root: Path,
+    namespace: str,
+    *,
+    ranks: int,
+    shuffle: bool,
+    remainder: str,
+    sizes: list[int],
+    kill: int | None = None,
+    read_out: bool = False,
+) -> tuple[list[Rank], list[bytes], Any, dict[bytes, int], dict[bytes, int]]:
+    paths, _ = await write_files(root, sizes)
+    cluster = ar.RayCluster(namespace=namespace)
+    job = Job(paths, ranks, read_out)
+    with anyio.fail_after(90):
+        async with anyio.create_task_group() as tg:
+            for r in range(ranks):
+                delay = 0.03 if r == 0 else 0.0  # rank 0 is slow: the others run ahead
+                tg.start_soon(
+                    functools.partial(
+                        run_rank, job, cluster, r, shuffle, remainder, delay, stop_in_tail=kill == r
+                    )
+                )
+            if kill is not None:
+                await job.outs[kill].settled.wait()
+            if kill is not None and job.outs[kill].stopped.is_set():
+                import ray
+
+                await anyio.to_thread.run_sync(ray.kill, job.anchors[kill])
+            for r, out in enumerate(job.outs):
+                if r != kill:
+                    await out.done.wait()
+            job.finished.set()
+    return job.outs, await kept(paths), job.tail, job.ledger, job.drops
+
+
+def check_job(
+    outs: list[Rank],
+    expected: list[bytes],
+    tail: Any,
+    ledger: dict[bytes, int],
+    drops: dict[bytes, int],
+    remainder: str,
+    live: list[int],
+    acked_by_dead: tuple[bytes, ...] = (),
+) -> None:
+    counts = [len(outs[r].batches) for r in live]
+    assert len(set(counts)) == 1, (counts, tail)
+    sizes = [len(b) for r in live for b in outs[r].batches]
+    if remainder == "smaller":
+        last = [len(outs[r].batches[-1]) for r in live]
+        assert max(last) - min(last) <= 1, last
+        assert all(s == BATCH for r in live for s in map(len, outs[r].batches[:-1]))
+    else:
+        assert set(sizes) == {BATCH}
+    delivered = [k for r in live for b in outs[r].batches for k in b if k]
+    # The padding counts: rows with an empty key, as each rank's statistics say.
+    padded = sum(1 for r in live for b in outs[r].batches for k in b if not k)
+    assert padded == sum(outs[r].stats.examples_padded for r in live)
+    assert padded == sum(sum(outs[r].padding) for r in live)
+    if remainder != "pad":
+        assert padded == 0
+    assert all(outs[r].stats.remainder_dropped == tail["dropped"] for r in live)
+    if remainder == "pad":
+        assert tail["dropped"] == 0
+    # Each kept record delivered once or dropped once: the ledger of acks says so too.
+    dropped = collections.Counter(drops)
+    assert sum(dropped.values()) == tail["dropped"]
+    delivered += acked_by_dead
+    assert sorted(delivered + list(dropped.elements())) == sorted(expected)
+    assert collections.Counter(ledger) == collections.Counter(delivered)
+
+
+@pytest.mark.parametrize("remainder", ["drop", "smaller", "pad"])
+@pytest.mark.parametrize("shuffle", [False, True], ids=["maybe_batch", "maybe_shuffle_batch"])
+async def test_every_rank_gets_the_same_number_of_batches(
+    ray_env: RayEnv, namespace: str, tmp_path: Path, shuffle: bool, remainder: str
+) -> None:
+    outs, expected, tail, ledger, drops = await run_job(
+        tmp_path,
+        namespace,
+        ranks=3,
+        shuffle=shuffle,
+        remainder=remainder,
+        sizes=[30, 300, 25, 31, 29, 27],  # one file ten times the others
+    )
+    assert all(o.error is None for o in outs)
+    check_job(outs, expected, tail, ledger, drops, remainder, [0, 1, 2])
+
+
+@pytest.mark.parametrize(
+    ("remainder", "read_out"), [("drop", False), ("pad", False), ("drop", True)]
+)
+async def test_a_rank_killed_in_the_tail_leaves_the_others_equal(
+    ray_env: RayEnv, namespace: str, tmp_path: Path, remainder: str, read_out: bool
+) -> None:
+    # Rank 2 dies holding a batch from the pool, unacknowledged: the batch goes back to
+    # the pool, and the rounds go on with two ranks. Killed at its first pool batch, it
+    # may still be reading a file (read again by another rank); killed once it pushed
+    # its last example, its files are not read again.
+    outs, expected, tail, ledger, drops = await run_job(
+        tmp_path,
+        namespace,
+        ranks=3,
+        shuffle=False,
+        remainder=remainder,
+        sizes=[30, 300, 25, 31, 29, 27],
+        kill=2,
+        read_out=read_out,
+    )
+    assert outs[2].stopped.is_set()
+    assert (outs[0].error, outs[1].error) == (None, None)
+    assert len(tail["gone"]) == 1, tail
+    acked = tuple(k for b in outs[2].batches[:-1] for k in b if k)
+    check_job(outs, expected, tail, ledger, drops, remainder, [0, 1], acked)
+
+
+@pytest.mark.both_backends
+async def test_equal_steps_on_both_backends(namespace: str, tmp_path: Path) -> None:
+    outs, expected, tail, ledger, drops = await run_job(
+        tmp_path, namespace, ranks=2, shuffle=False, remainder="smaller", sizes=[12, 120, 9]
+    )
+    check_job(outs, expected, tail, ledger, drops, "smaller", [0, 1])
+
+
+@pytest.mark.stress
+@pytest.mark.parametrize("seed", range(6))
+async def test_equal_steps_stress(
+    ray_env: RayEnv, namespace: str, tmp_path: Path, seed: int
+) -> None:
+    rng = random.Random(seed)
+    sizes = [rng.choice([5, 20, 40, 400]) for _ in range(rng.randint(3, 9))]
+    remainder = ("drop", "smaller", "pad")[seed % 3]
+    kill = 2 if seed % 2 else None
+    outs, expected, tail, ledger, drops = await run_job(
+        tmp_path,
+        namespace,
+        ranks=4,
+        shuffle=seed % 4 < 2,
+        remainder=remainder,
+        sizes=sizes,
+        kill=kill,
+        read_out=seed % 4 == 3,
+    )
+    if kill is not None and not outs[kill].stopped.is_set():
+        kill = None  # it had its last batch before any from the pool: nothing to kill
+    live = [r for r in range(4) if r != kill]
+    acked = () if kill is None else tuple(k for b in outs[kill].batches[:-1] for k in b if k)
+    check_job(outs, expected, tail, ledger, drops, remainder, live, acked)
