@@ -4,15 +4,17 @@ Two paths give identical results and identical errors:
 
 * The *fast path* handles the common batch: no quote characters (with ``use_quote_delim``),
   no CR/LF and no empty records, and the same number of fields in every record. When
-  pyarrow is installed and every byte of the numeric fields is a decimal digit, ``.``,
-  ``e``/``E`` or a sign, Arrow's CSV reader parses the joined batch in C++ with the GIL
-  released (so map stages on threads run in parallel); within that alphabet Arrow accepts
-  a subset of what TensorFlow accepts and gives the same values (float32 is rounded once
-  from the decimal, like ``strtof``), and it refuses the rest, which then goes on below.
-  Otherwise the batch is split once with ``bytes.split`` and each column is converted as a
-  whole (``int`` / ``float`` over the column after a one-pass check of its alphabet,
-  float32 halfway cases re-rounded exactly). A column whose text needs the full grammar
-  (hex floats, ``inf``) is converted field by field.
+  pyarrow is installed, Arrow's CSV reader parses the joined batch in C++ with the GIL
+  released (so map stages on threads run in parallel), provided every numeric field holds
+  only decimal digits, ``.``, ``e``/``E`` and signs: within that alphabet Arrow accepts a
+  subset of what TensorFlow accepts and gives the same values (float32 is rounded once
+  from the decimal, like ``strtof``), and what it refuses goes on below. An all-numeric
+  batch is checked with one pass over its bytes; with a string column, numeric columns
+  are read as text, checked by Arrow and cast. Otherwise the batch is split once with
+  ``bytes.split`` and each column is converted as a whole (``int`` / ``float`` over the
+  column after a one-pass check of its alphabet, float32 halfway cases re-rounded
+  exactly). A column whose text needs the full grammar (hex floats, ``inf``) is converted
+  field by field.
 * The *exact path* splits each record with TensorFlow's field scanner and converts field by
   field, raising the first error in record order. Whenever the fast path meets anything it
   does not handle, including any invalid value, the whole batch goes to the exact path, so
@@ -59,6 +61,7 @@ _FLOAT_ALPHABET = b"0123456789.eE+- \t\x0b\x0c"
 # accept only texts TensorFlow accepts and give the same values (whitespace, hex, inf and
 # nan, where the two differ or might, are left out).
 _ARROW_NUMBER_ALPHABET = b"0123456789.eE+-"
+_ARROW_NUMBER_PATTERN = "^[0-9.eE+-]*$"
 _ARROW_TYPES = {
     np.dtype(np.float32): "float32",
     np.dtype(np.float64): "float64",
@@ -467,26 +470,38 @@ def _fast_path(
 
 
 @functools.cache
-def _arrow_modules() -> tuple[Any, Any] | None:
-    """``(pyarrow, pyarrow.csv)``, or None when pyarrow is not installed."""
+def _arrow_modules() -> tuple[Any, Any, Any] | None:
+    """``(pyarrow, pyarrow.csv, pyarrow.compute)``, or None when pyarrow is not installed."""
     try:
         import pyarrow
+        import pyarrow.compute
         import pyarrow.csv
     except ImportError:
         return None
-    return pyarrow, pyarrow.csv
+    return pyarrow, pyarrow.csv, pyarrow.compute
+
+
+@dataclass(frozen=True, slots=True)
+class _ArrowPlan:
+    """How one decode_csv signature goes through Arrow."""
+
+    read: Any
+    parse: Any
+    convert: Any
+    # The bytes an all-numeric batch may hold; None with a string column, whose fields
+    # may hold anything: then the numeric columns are read as text, checked and cast.
+    alphabet: bytes | None
+    casts: tuple[Any, ...]  # per output: the type to cast the text to, or None
 
 
 @functools.lru_cache(maxsize=64)
-def _arrow_options(
+def _arrow_plan(
     delim: bytes,
     na: bytes,
     dtypes: tuple[np.dtype[np.generic], ...],
     select: tuple[int, ...] | None,
-) -> tuple[Any, Any, Any, bytes | None] | None:
-    """Arrow's read, parse and convert options for one decode_csv signature, and the bytes
-    the whole batch may contain (None when string columns allow anything); None when this
-    signature cannot take the Arrow path."""
+) -> _ArrowPlan | None:
+    """The Arrow options for one decode_csv signature, or None when it cannot use Arrow."""
     modules = _arrow_modules()
     if modules is None or delim[0] >= 0x80 or delim in _ARROW_NUMBER_ALPHABET:
         return None
@@ -494,26 +509,32 @@ def _arrow_options(
         na_text = na.decode("ascii")
     except UnicodeDecodeError:
         return None  # Arrow matches null values as text; keep odd bytes on the other paths
-    pa, pa_csv = modules
+    pa, pa_csv, _ = modules
+    numeric_only = STRING not in dtypes
     wanted = select if select is not None else range(len(dtypes))
     names = [f"f{source}" for source in wanted]
-    types = {
-        name: getattr(pa, _ARROW_TYPES[dtype])() for name, dtype in zip(names, dtypes, strict=True)
-    }
+    targets = [getattr(pa, _ARROW_TYPES[dtype])() for dtype in dtypes]
+    read_as = [
+        target if numeric_only or dtype == STRING else pa.string()
+        for target, dtype in zip(targets, dtypes, strict=True)
+    ]
     read = pa_csv.ReadOptions(use_threads=False, autogenerate_column_names=True)
     # No quoting: the caller only comes here for batches without quote characters, or
     # where quotes are ordinary characters.
     parse = pa_csv.ParseOptions(delimiter=delim.decode("ascii"), quote_char=False)
     convert = pa_csv.ConvertOptions(
-        column_types=types,
+        column_types=dict(zip(names, read_as, strict=True)),
         null_values=sorted({"", na_text}),
         strings_can_be_null=True,
         # Without select_cols every column is wanted and the width is checked instead.
         include_columns=names if select is not None else None,
     )
-    numeric_only = STRING not in dtypes
-    alphabet = _ARROW_NUMBER_ALPHABET + b"\n" + delim if numeric_only else None
-    return read, parse, convert, alphabet
+    if numeric_only:
+        return _ArrowPlan(read, parse, convert, _ARROW_NUMBER_ALPHABET + b"\n" + delim, ())
+    casts = tuple(
+        None if dtype == STRING else target for target, dtype in zip(targets, dtypes, strict=True)
+    )
+    return _ArrowPlan(read, parse, convert, None, casts)
 
 
 def _arrow_path(
@@ -526,30 +547,31 @@ def _arrow_path(
     """Decode the joined batch with Arrow's CSV reader, or return None to go on with the
     other paths: pyarrow missing, text Arrow might read differently, any Arrow error, a
     width other than the expected one, or a missing required field."""
-    options = _arrow_options(delim, na, tuple(column.dtype for column in columns), select)
-    if options is None:
+    plan = _arrow_plan(delim, na, tuple(column.dtype for column in columns), select)
+    if plan is None or (plan.alphabet is not None and joined.translate(None, plan.alphabet)):
         return None
-    read, parse, convert, alphabet = options
-    if alphabet is None:
-        return None  # a string column: numeric fields cannot be checked cheaply
-    if joined.translate(None, alphabet):
-        return None
-    pa, pa_csv = _arrow_modules()  # type: ignore[misc]  # not None: options exist
+    pa, pa_csv, pc = _arrow_modules()  # type: ignore[misc]  # not None: a plan exists
     try:
         # The final newline lets Arrow read a one-line batch (it rejects a lone unended line).
         reader = pa_csv.open_csv(
             pa.py_buffer(joined + b"\n"),
-            read_options=read,
-            parse_options=parse,
-            convert_options=convert,
+            read_options=plan.read,
+            parse_options=plan.parse,
+            convert_options=plan.convert,
         )
         if select is None and len(reader.schema) != len(columns):
             return None
-        table = reader.read_all()
+        data_columns = reader.read_all().columns
+        for index, cast in enumerate(plan.casts):
+            if cast is not None:
+                text = data_columns[index]
+                if not pc.all(pc.match_substring_regex(text, _ARROW_NUMBER_PATTERN)).as_py():
+                    return None
+                data_columns[index] = text.cast(cast)
     except (pa.ArrowException, ValueError):
         return None  # wrong widths, unparsable or out-of-range values: the exact rules decide
     outputs: list[np.ndarray] = []
-    for column, data in zip(columns, table.columns, strict=True):
+    for column, data in zip(columns, data_columns, strict=True):
         if data.null_count:
             if column.default is None:
                 return None

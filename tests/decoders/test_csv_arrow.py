@@ -28,6 +28,8 @@ DEFAULTS: dict[str, Any] = {
     "double": [np.float64(2.25)],
     "int32 required": np.array([], np.int32),
     "float required": [],
+    "string": [b"s"],
+    "string required": np.array([], object),
 }
 INT_TEXTS = [
     "0", "-0", "+5", "42", "-17", "007", "2147483647", "-2147483648", "2147483648",
@@ -41,7 +43,11 @@ FLOAT_TEXTS = [
     "0.1", "123456789012345678901234567890", "0x1p3", "0x1.8p1", "inf", "-Infinity",
     "nan", "-nan", "NaN", "1e", "1e+", ".", "e5", "1.5.2", "1_0", " 2.5", "2.5 ", "1d",
 ]  # fmt: skip
-ODD_FIELDS = ['"3"', '"4,5"', '"a""b"', '"bad"x', "\t", " ", "x", "NA"]
+ODD_FIELDS = ['"3"', '"4,5"', '"a""b"', '"bad"x', "\t", " ", "x", "NA", "é", "0x1"]
+STRING_TEXTS = ["a", "0", "nan", "0x10", " b ", "-", "1e5", "NA!", "\x00"]
+
+
+CLEAN_SUFFIX = {"int32": "", "int64": "", "float": ".5", "double": "e-3", "string": "x"}
 
 
 def lines_block(lines: list[bytes], *, work: bytes = b"t.csv") -> RecordBatch:
@@ -67,6 +73,8 @@ def random_field(rng: random.Random, kind: str, na: str) -> str:
         return na
     if roll < 0.12:
         return rng.choice(ODD_FIELDS)
+    if kind.startswith("string"):
+        return rng.choice(STRING_TEXTS)
     if kind.startswith("int"):
         if roll < 0.3:
             return rng.choice(INT_TEXTS)
@@ -87,10 +95,8 @@ def random_batch(rng: random.Random) -> tuple[list[str], list[Any], dict[str, An
     lines = []
     for _ in range(rng.randint(1, 40)):
         if clean:
-            fields = [str(rng.randint(-1000, 1000)) for _ in kinds]
             fields = [
-                f"{f}.5" if kind.startswith(("float", "double")) else f
-                for f, kind in zip(fields, kinds, strict=True)
+                f"{rng.randint(-1000, 1000)}{CLEAN_SUFFIX[kind.split()[0]]}" for kind in kinds
             ]
         else:
             fields = [random_field(rng, kind, na) for kind in kinds]
@@ -116,7 +122,9 @@ def outcome(records: object, defaults: list[Any], **options: Any) -> object:
         columns = ar.decode_csv(records, defaults, **options)
     except ar.InvalidArgumentError as exc:
         return ("error", str(exc), exc.record)
-    return [(c.dtype.str, c.shape, c.tobytes()) for c in columns]
+    return [
+        (c.dtype.str, c.shape, c.tolist() if c.dtype == object else c.tobytes()) for c in columns
+    ]
 
 
 @contextmanager
@@ -143,14 +151,14 @@ def arrow_calls() -> Iterator[list[bool]]:
 @contextmanager
 def without_pyarrow() -> Iterator[None]:
     csv_module._arrow_modules.cache_clear()
-    csv_module._arrow_options.cache_clear()
+    csv_module._arrow_plan.cache_clear()
     hidden = dict.fromkeys(("pyarrow", "pyarrow.csv"))
     try:
         with mock.patch.dict(sys.modules, hidden):
             yield
     finally:
         csv_module._arrow_modules.cache_clear()
-        csv_module._arrow_options.cache_clear()
+        csv_module._arrow_plan.cache_clear()
 
 
 def test_random_batches_match_the_exact_path() -> None:
@@ -209,9 +217,24 @@ def test_text_outside_the_arrow_alphabet_goes_on_to_the_other_paths() -> None:
         out = ar.decode_csv(["0x10,1", "inf,2"], [[0.0], [0]])
         with pytest.raises(ar.InvalidArgumentError, match="Field 0 in record 1 is not a valid"):
             ar.decode_csv(["1,1", "0x10,2"], [[0], [0]])  # Arrow would read hex ints
-        ar.decode_csv(["a,1", "b,2"], [[""], [0]])  # a string column
-    assert taken == [False, False, False]
+        with pytest.raises(ar.InvalidArgumentError, match="Field 1 in record 1 is not a valid"):
+            ar.decode_csv(["a,1", "0x,0x10"], [[""], [0]])  # checked per column here
+        mixed = ar.decode_csv(["a,inf", "b,2"], [[""], [0.0]])
+    assert taken == [False, False, False, False]
     assert out[0].tolist() == [16.0, float("inf")]
+    assert mixed[1].tolist() == [float("inf"), 2.0]
+
+
+def test_string_columns_take_the_arrow_route_with_numbers_checked_per_column() -> None:
+    lines = ["a,1,", "é,,2.5", "inf,3,"]
+    defaults: list[Any] = [[b""], [0], [np.float64(-1)]]
+    with arrow_calls() as taken:
+        columns = ar.decode_csv(lines, defaults)
+    assert taken == [True]
+    assert columns[0].dtype == object
+    assert columns[0].tolist() == [b"a", "é".encode(), b"inf"]
+    assert columns[1].tolist() == [1, 0, 3]
+    assert columns[2].tolist() == [-1.0, 2.5, -1.0]
 
 
 def test_arrow_refusals_raise_the_exact_paths_errors() -> None:
