@@ -118,6 +118,11 @@ def decode_csv(
     ``nan``). ``select_cols`` keeps only the listed columns and stops scanning a record after
     the last of them.
 
+    With pyarrow installed (``asyncreader[arrow]``), batches whose numeric fields are plain
+    decimals are parsed by Arrow's CSV reader without holding the GIL, so decoding in
+    several worker threads (:func:`~asyncreader.map`) runs in parallel; results and errors
+    are the same either way.
+
     Args:
         records: The line(s) to decode.
         record_defaults: One entry per output, as above.
