@@ -268,3 +268,17 @@ def test_without_pyarrow_the_exact_rules_decode_alone() -> None:
     assert without == with_arrow
     assert columns[0].tolist() == [1, 3]
     assert columns[1].tolist() == [2.5, 4.5]
+
+
+def test_batches_larger_than_arrows_block_match_the_exact_path() -> None:
+    # Over 1 MiB, Arrow parses in several blocks and hands back several chunks per column.
+    lines = [f"{i * 987654321},{i % 977}.2512345,{-i}.123456789e-3" for i in range(30_000)]
+    assert sum(map(len, lines)) > 1 << 20
+    lines[29_000] = "1,,2"
+    defaults: list[Any] = [np.int64(0), [9.0], np.float64(0)]
+    with arrow_calls() as taken:
+        fast = outcome(lines, defaults)
+    with exact_path_only():
+        exact = outcome(lines, defaults)
+    assert taken == [True]
+    assert fast == exact
