@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import random
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 from unittest import mock
@@ -282,3 +283,12 @@ def test_batches_larger_than_arrows_block_match_the_exact_path() -> None:
         exact = outcome(lines, defaults)
     assert taken == [True]
     assert fast == exact
+
+
+def test_concurrent_calls_share_the_arrow_options_safely() -> None:
+    rng = random.Random(3)
+    batches = [random_batch(rng) for _ in range(200)]
+    expected = [outcome(lines, defaults, **options) for lines, defaults, options in batches]
+    with ThreadPoolExecutor(4) as pool:
+        results = list(pool.map(lambda batch: outcome(batch[0], batch[1], **batch[2]), batches))
+    assert results == expected
