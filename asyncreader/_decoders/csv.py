@@ -3,11 +3,18 @@
 Two paths give identical results and identical errors:
 
 * The *fast path* handles the common batch: no quote characters (with ``use_quote_delim``),
-  no CR/LF and no empty records, and the same number of fields in every record. The batch is
-  joined once, split once with ``bytes.split``, and each column is converted as a whole
-  (``int`` / ``float`` over the column after a one-pass check of its alphabet, float32
-  halfway cases re-rounded exactly). A column whose text needs the full grammar (hex
-  floats, ``inf``) is converted field by field.
+  no CR/LF and no empty records, and the same number of fields in every record. When
+  pyarrow is installed, Arrow's CSV reader parses the joined batch in C++ with the GIL
+  released (so map stages on threads run in parallel), provided every numeric field holds
+  only decimal digits, ``.``, ``e``/``E`` and signs: within that alphabet Arrow accepts a
+  subset of what TensorFlow accepts and gives the same values (float32 is rounded once
+  from the decimal, like ``strtof``), and what it refuses goes on below. An all-numeric
+  batch is checked with one pass over its bytes; with a string column, numeric columns
+  are read as text, checked by Arrow and cast. Otherwise the batch is split once with
+  ``bytes.split`` and each column is converted as a whole (``int`` / ``float`` over the
+  column after a one-pass check of its alphabet, float32 halfway cases re-rounded
+  exactly). A column whose text needs the full grammar (hex floats, ``inf``) is converted
+  field by field.
 * The *exact path* splits each record with TensorFlow's field scanner and converts field by
   field, raising the first error in record order. Whenever the fast path meets anything it
   does not handle, including any invalid value, the whole batch goes to the exact path, so
@@ -16,8 +23,9 @@ Two paths give identical results and identical errors:
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -49,6 +57,18 @@ _LF = 0x0A
 # Characters the whole-column converters may see; anything else takes the per-field route.
 _INT_ALPHABET = b"0123456789+- \t\x0b\x0c"
 _FLOAT_ALPHABET = b"0123456789.eE+- \t\x0b\x0c"
+# The bytes numeric fields may hold for Arrow to parse them: within these, Arrow's parsers
+# accept only texts TensorFlow accepts and give the same values (whitespace, hex, inf and
+# nan, where the two differ or might, are left out).
+_ARROW_NUMBER_ALPHABET = b"0123456789.eE+-"
+_ARROW_NUMBER_PATTERN = "^[0-9.eE+-]*$"
+_ARROW_TYPES = {
+    np.dtype(np.float32): "float32",
+    np.dtype(np.float64): "float64",
+    np.dtype(np.int32): "int32",
+    np.dtype(np.int64): "int64",
+    STRING: "binary",
+}
 
 
 class _FieldError(Exception):
@@ -97,6 +117,11 @@ def decode_csv(
     surrounding whitespace and a sign; floats follow C's ``strtof`` / ``strtod`` (hex, ``inf``,
     ``nan``). ``select_cols`` keeps only the listed columns and stops scanning a record after
     the last of them.
+
+    With pyarrow installed (``asyncreader[arrow]``), batches whose numeric fields are plain
+    decimals are parsed by Arrow's CSV reader without holding the GIL, so decoding in
+    several worker threads (:func:`~asyncreader.map`) runs in parallel; results and errors
+    are the same either way.
 
     Args:
         records: The line(s) to decode.
@@ -430,6 +455,9 @@ def _fast_path(
         or b"\n\n" in joined
     ):
         return None  # quotes, CR/LF inside a record, or an empty record
+    parsed = _arrow_path(joined, columns, delim, na, select)
+    if parsed is not None:
+        return parsed
     width = _uniform_width(joined, delim, count)
     if width is None:
         return None
@@ -443,6 +471,120 @@ def _fast_path(
         if output is None:
             return None
         outputs.append(output)
+    return outputs
+
+
+@functools.cache
+def _arrow_modules() -> tuple[Any, Any, Any] | None:
+    """``(pyarrow, pyarrow.csv, pyarrow.compute)``, or None when pyarrow is not installed."""
+    try:
+        import pyarrow
+        import pyarrow.compute
+        import pyarrow.csv
+    except ImportError:
+        return None
+    return pyarrow, pyarrow.csv, pyarrow.compute
+
+
+@dataclass(frozen=True, slots=True)
+class _ArrowPlan:
+    """How one decode_csv signature goes through Arrow."""
+
+    read: Any
+    parse: Any
+    convert: Any
+    # The bytes an all-numeric batch may hold; None with a string column, whose fields
+    # may hold anything: then the numeric columns are read as text, checked and cast.
+    alphabet: bytes | None
+    casts: tuple[Any, ...]  # per output: the type to cast the text to, or None
+
+
+@functools.lru_cache(maxsize=64)
+def _arrow_plan(
+    delim: bytes,
+    na: bytes,
+    dtypes: tuple[np.dtype[np.generic], ...],
+    select: tuple[int, ...] | None,
+) -> _ArrowPlan | None:
+    """The Arrow options for one decode_csv signature, or None when it cannot use Arrow."""
+    modules = _arrow_modules()
+    if modules is None or delim[0] >= 0x80 or delim in _ARROW_NUMBER_ALPHABET:
+        return None
+    try:
+        na_text = na.decode("ascii")
+    except UnicodeDecodeError:
+        return None  # Arrow matches null values as text; keep odd bytes on the other paths
+    pa, pa_csv, _ = modules
+    numeric_only = STRING not in dtypes
+    wanted = select if select is not None else range(len(dtypes))
+    names = [f"f{source}" for source in wanted]
+    targets = [getattr(pa, _ARROW_TYPES[dtype])() for dtype in dtypes]
+    read_as = [
+        target if numeric_only or dtype == STRING else pa.string()
+        for target, dtype in zip(targets, dtypes, strict=True)
+    ]
+    read = pa_csv.ReadOptions(use_threads=False, autogenerate_column_names=True)
+    # No quoting: the caller only comes here for batches without quote characters, or
+    # where quotes are ordinary characters.
+    parse = pa_csv.ParseOptions(delimiter=delim.decode("ascii"), quote_char=False)
+    convert = pa_csv.ConvertOptions(
+        column_types=dict(zip(names, read_as, strict=True)),
+        null_values=sorted({"", na_text}),
+        strings_can_be_null=True,
+        # Without select_cols every column is wanted and the width is checked instead.
+        include_columns=names if select is not None else None,
+    )
+    if numeric_only:
+        return _ArrowPlan(read, parse, convert, _ARROW_NUMBER_ALPHABET + b"\n" + delim, ())
+    casts = tuple(
+        None if dtype == STRING else target for target, dtype in zip(targets, dtypes, strict=True)
+    )
+    return _ArrowPlan(read, parse, convert, None, casts)
+
+
+def _arrow_path(
+    joined: bytes,
+    columns: list[_Column],
+    delim: bytes,
+    na: bytes,
+    select: tuple[int, ...] | None,
+) -> list[np.ndarray] | None:
+    """Decode the joined batch with Arrow's CSV reader, or return None to go on with the
+    other paths: pyarrow missing, text Arrow might read differently, any Arrow error, a
+    width other than the expected one, or a missing required field."""
+    plan = _arrow_plan(delim, na, tuple(column.dtype for column in columns), select)
+    if plan is None or (plan.alphabet is not None and joined.translate(None, plan.alphabet)):
+        return None
+    pa, pa_csv, pc = _arrow_modules()  # type: ignore[misc]  # not None: a plan exists
+    try:
+        # The final newline lets Arrow read a one-line batch (it rejects a lone unended line).
+        reader = pa_csv.open_csv(
+            pa.py_buffer(joined + b"\n"),
+            read_options=plan.read,
+            parse_options=plan.parse,
+            convert_options=plan.convert,
+        )
+        if select is None and len(reader.schema) != len(columns):
+            return None
+        data_columns = reader.read_all().columns
+        for index, cast in enumerate(plan.casts):
+            if cast is not None:
+                text = data_columns[index]
+                if not pc.all(pc.match_substring_regex(text, _ARROW_NUMBER_PATTERN)).as_py():
+                    return None
+                data_columns[index] = text.cast(cast)
+    except (pa.ArrowException, ValueError):
+        return None  # wrong widths, unparsable or out-of-range values: the exact rules decide
+    outputs: list[np.ndarray] = []
+    for column, data in zip(columns, data_columns, strict=True):
+        if data.null_count:
+            if column.default is None:
+                return None
+            data = data.fill_null(pa.scalar(column.default, type=data.type))
+        array = data.to_numpy()
+        if not array.flags.writeable:
+            array = array.copy()  # Arrow's memory is read-only; callers own their arrays
+        outputs.append(array)
     return outputs
 
 
