@@ -31,7 +31,7 @@ from .._errors import InvalidArgumentError
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
 
-__all__ = ["ColumnValues", "RowEncoder"]
+__all__ = ["ColumnValues", "RowEncoder", "gather"]
 
 #: A column name: text (a table's), or bytes (a CSV header's, as written).
 Name = TypeVar("Name", str, bytes)
@@ -88,7 +88,7 @@ def _varints(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return matrix, lengths
 
 
-def _gather(source: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+def gather(source: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
     """The spans ``source[start : start + length]``, back to back, in one take: the index
     runs up by one within a span and jumps at each span's start (a cumulative sum)."""
     keep = lengths > 0
@@ -538,7 +538,7 @@ def _join_slots(slots: list[_Slot], n: int) -> tuple[np.ndarray, np.ndarray, np.
         lengths[:, j] = slot.lengths
         sources.append(flat)
         base += len(flat)
-    data = _gather(np.concatenate(sources), starts.reshape(-1), lengths.reshape(-1))
+    data = gather(np.concatenate(sources), starts.reshape(-1), lengths.reshape(-1))
     return data, offsets, record_len
 
 
