@@ -186,6 +186,14 @@ class PostgresReader(TableReader):
     restarted) raises :class:`~asyncreader.DataLossError` and leaves the work item in
     progress: the next read connects again and goes on after the last key delivered.
 
+    When every column read is an integer, boolean, ``real``, ``double precision``,
+    ``text``, ``varchar`` or ``bytea``, each chunk comes packed in one reply row (see
+    :mod:`~asyncreader._readers.pg_packed`): no object per row on either side, the same
+    record bytes; a packed reply that does not add up raises
+    :class:`~asyncreader.DataLossError` naming the table and the key it follows. Columns
+    of other types, or a server that refuses the packed query, make the work item fetch
+    rows as asyncpg returns them.
+
     asyncpg runs on asyncio only: on trio, every read raises
     :class:`~asyncreader.FailedPreconditionError` before taking a work item, so none is
     lost.
@@ -268,11 +276,15 @@ class PostgresReader(TableReader):
                 # the same key, on a new one.
                 self._conn = await _connect(self._dsn, self._work)
             try:
-                rows = await _fetch(self._conn, self.database, shard.table, sql, params)
+                rows = await self._fetch_chunk(shard.table, sql, params)
             except DataLossError:
-                if self._conn.is_closed():
-                    self._conn = None
-                raise
+                if self._packed is None or self._conn is None:
+                    raise
+                # The server refused the packed form (a chunk's column beyond its 1 GB
+                # limit, say) but the connection is fine: this work item fetches rows.
+                self._packed = None
+                sql, params = self._params(limit)
+                rows = await self._fetch_chunk(shard.table, sql, params)
             if self._packed is None:
                 self._fetched(rows, limit)
             else:
@@ -294,6 +306,14 @@ class PostgresReader(TableReader):
                     ) from None
                 self._fetched_columns(keys, columns, limit)
         return self._take(n)
+
+    async def _fetch_chunk(self, table: str, sql: str, params: list[object]) -> Any:
+        try:
+            return await _fetch(self._conn, self.database, table, sql, params)
+        except DataLossError:
+            if self._conn.is_closed():
+                self._conn = None
+            raise
 
     async def read_one(self) -> tuple[bytes, bytes, bool] | None:
         return one_record(await self.read_many(1))

@@ -934,3 +934,26 @@ async def test_postgres_malformed_packed_reply_is_data_loss_naming_table_and_key
         monkeypatch.setattr(postgres, "_fetch", real)
         keys, _ = await reader.read_up_to(queue, 10)  # nothing lost: it goes on at key 10
         assert keys[0] == b"t:10"
+
+
+@pytest.mark.network
+async def test_postgres_packed_query_refused_by_the_server_falls_back_to_rows(
+    pg_table: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from asyncreader._readers import postgres
+
+    real = postgres._fetch
+    refused: list[str] = []
+
+    async def refuse_packed(conn: Any, db: str, table: str, sql: str, params: Any) -> Any:
+        if "string_agg" in sql:
+            refused.append(sql)
+            # An error of the server's, as a chunk beyond its 1 GB limit on a value gives.
+            return await real(conn, db, table, "SELECT 1 / 0", [])
+        return await real(conn, db, table, sql, params)
+
+    monkeypatch.setattr(postgres, "_fetch", refuse_packed)
+    async with ar.PostgresReader(pg_table, fetch_rows=100) as reader:
+        got = await read_all(reader, await work_queue(["sql:t?key=id"]), "read_batch", 64)
+    assert got == list(range(ROWS))
+    assert len(refused) == 1  # the work item went on with rows
