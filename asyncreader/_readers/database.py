@@ -20,6 +20,8 @@ import struct
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
+import numpy as np
+
 from .._errors import DataLossError, InvalidArgumentError, NotFoundError
 from .._records.batch import KeyRun, Segment, assemble
 from .._records.keys import bulk_keys
@@ -209,9 +211,11 @@ class TableReader(ReaderBase):
             encoded = encoder.encode_chunk(chunk)
             if encoded is None:
                 return self._take_rows(i, chunk, keys)
-        # The whole chunk at once, column by column: one buffer, no bytes per record.
+        # The whole chunk at once, column by column: one buffer, no bytes per record; the
+        # keys are made from the key numbers only if they are asked for.
         self._advance(i, keys)
-        run = KeyRun(self._work, len(keys), None, bulk_keys(self._prefix, keys))
+        ids = np.array(keys, dtype=np.int64)
+        run = KeyRun(self._work, len(keys), ids, None, self._prefix)
         return assemble([Segment(*encoded)], [run]), self._at_end()
 
     def _take_rows(self, i: int, chunk: list[Any], keys: list[int]) -> ReadManyResult:
