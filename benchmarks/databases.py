@@ -14,7 +14,7 @@ the server at ``--postgres``, else one it starts from Debian's binaries as the t
 * ``plain + columns as arrays``: the same, each chunk then turned into column arrays
   (text as one buffer and lengths): the least a columnar value format would cost;
 * ``read_batch``: the reader draining the table's 4 shards with ``read_batch(queue,
-  2048)``: rows fetched, encoded as Examples, keys made;
+  2048)``: rows fetched, encoded as Examples, keys ready (made when asked for);
 * ``+ parse_example``: the same, each batch decoded into column arrays.
 
 Bar (issue 21): PostgresReader ``read_batch`` >= 0.7x the plain asyncpg fetch.

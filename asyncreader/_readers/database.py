@@ -20,12 +20,14 @@ import struct
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
+import numpy as np
+
 from .._errors import DataLossError, InvalidArgumentError, NotFoundError
 from .._records.batch import KeyRun, Segment, assemble
 from .._records.keys import bulk_keys
 from .base import ReaderBase
 from .hook_path import as_lists
-from .row_example import RowEncoder
+from .row_example import ColumnValues, RowEncoder
 from .state import SKIP, check_skip
 from .table_work import TableShard, database_name, quote_name
 
@@ -94,6 +96,9 @@ class TableReader(ReaderBase):
         # The last key delivered (None: none yet); rows fetched past it, not delivered.
         self._cursor: int | None = None
         self._rows: list[Any] = []
+        # With a driver that hands chunks over as columns: ``_rows`` holds the keys and
+        # these the values, one array set per column (see _fetched_columns).
+        self._arrays: list[ColumnValues] | None = None
         self._pos = 0
         self._exhausted = False
 
@@ -122,11 +127,11 @@ class TableReader(ReaderBase):
         self._encoder = RowEncoder(columns)
         self._prefix = shard.table.encode("utf-8") + b":"
 
-    def _sql(self, after: bool) -> str:
-        shard, encoder = self._shard, self._encoder
+    def _where(self, after: bool) -> tuple[str, int]:
+        """The WHERE clause of the shard's rows (past the cursor if ``after``), with
+        placeholders for :meth:`_params`' values, and how many it uses."""
+        shard = self._shard
         assert shard is not None
-        assert encoder is not None
-        columns = ", ".join(quote_name(c) for c in (*encoder.columns, shard.key))
         key = quote_name(shard.key)
         where: list[str] = []
         n = 0
@@ -137,7 +142,15 @@ class TableReader(ReaderBase):
         if after:
             n += 1
             where.append(f"{key} > {self._placeholder(n)}")
-        clause = f" WHERE {' AND '.join(where)}" if where else ""
+        return (f" WHERE {' AND '.join(where)}" if where else ""), n
+
+    def _sql(self, after: bool) -> str:
+        shard, encoder = self._shard, self._encoder
+        assert shard is not None
+        assert encoder is not None
+        columns = ", ".join(quote_name(c) for c in (*encoder.columns, shard.key))
+        key = quote_name(shard.key)
+        clause, n = self._where(after)
         return (
             f"SELECT {columns} FROM {quote_name(shard.table)}{clause} "
             f"ORDER BY {key} LIMIT {self._placeholder(n + 1)}"
@@ -157,8 +170,14 @@ class TableReader(ReaderBase):
 
     def _fetched(self, rows: list[Any], limit: int) -> None:
         """Take a chunk of fetched rows (in key order, past the cursor)."""
-        self._rows, self._pos = rows, 0
+        self._rows, self._arrays, self._pos = rows, None, 0
         self._exhausted = len(rows) < limit
+
+    def _fetched_columns(self, keys: list[int], columns: list[ColumnValues], limit: int) -> None:
+        """Take a chunk of fetched rows given as their keys (in order, past the cursor) and
+        one :class:`ColumnValues` per column of the encoder."""
+        self._rows, self._arrays, self._pos = keys, columns, 0
+        self._exhausted = len(keys) < limit
 
     def _take(self, n: int) -> ReadManyResult:
         """Deliver up to ``n`` fetched rows as records (a batch when they are all numeric),
@@ -167,26 +186,42 @@ class TableReader(ReaderBase):
         rows, i = self._rows, self._pos
         if i >= len(rows):
             return [], [], self._exhausted
-        chunk = rows[i : i + n]
-        keys = [row[-1] for row in chunk]
-        if set(map(type, keys)) != {int}:  # SQLite keys may hold anything
-            bad_key = next(k for k in keys if type(k) is not int)
-            good = keys.index(bad_key)
-            if good == 0:
-                raise self._error(
-                    InvalidArgumentError,
-                    f"key {bad_key!r} is not an integer (the key column must hold integers)",
-                    record=repr(bad_key),
-                )
-            chunk, keys = chunk[:good], keys[:good]
         encoder = self._encoder
         assert encoder is not None
-        encoded = encoder.encode_chunk(chunk)
-        if encoded is not None:
-            # The whole chunk at once, column by column: one buffer, no bytes per record.
-            self._advance(i, keys)
-            run = KeyRun(self._work, len(keys), None, bulk_keys(self._prefix, keys))
-            return assemble([Segment(*encoded)], [run]), self._at_end()
+        if self._arrays is not None:
+            keys = rows[i : i + n]
+            columns = [c.slice(i, i + len(keys)) for c in self._arrays]
+            encoded = encoder.encode_arrays(columns)
+            if encoded is None:  # a float beyond float32: the row path names its row
+                chunk = list(zip(*(c.tolist() for c in columns), keys, strict=True))
+                return self._take_rows(i, chunk, keys)
+        else:
+            chunk = rows[i : i + n]
+            keys = [row[-1] for row in chunk]
+            if set(map(type, keys)) != {int}:  # SQLite keys may hold anything
+                bad_key = next(k for k in keys if type(k) is not int)
+                good = keys.index(bad_key)
+                if good == 0:
+                    raise self._error(
+                        InvalidArgumentError,
+                        f"key {bad_key!r} is not an integer (the key column must hold integers)",
+                        record=repr(bad_key),
+                    )
+                chunk, keys = chunk[:good], keys[:good]
+            encoded = encoder.encode_chunk(chunk)
+            if encoded is None:
+                return self._take_rows(i, chunk, keys)
+        # The whole chunk at once, column by column: one buffer, no bytes per record; the
+        # keys are made from the key numbers only if they are asked for.
+        self._advance(i, keys)
+        ids = np.array(keys, dtype=np.int64)
+        run = KeyRun(self._work, len(keys), ids, None, self._prefix)
+        return assemble([Segment(*encoded)], [run]), self._at_end()
+
+    def _take_rows(self, i: int, chunk: list[Any], keys: list[int]) -> ReadManyResult:
+        """:meth:`_take` of ``chunk`` (the rows from ``i`` on), encoded row by row."""
+        encoder = self._encoder
+        assert encoder is not None
         values, good = encoder.encode(chunk)
         if good < len(chunk):
             if good == 0:
@@ -237,7 +272,7 @@ class TableReader(ReaderBase):
     def _restore_cursor(self, extra: bytes) -> None:
         has_key, key = _CURSOR.unpack(extra)
         self._cursor = key if has_key else None
-        self._rows, self._pos, self._exhausted = [], 0, False
+        self._rows, self._arrays, self._pos, self._exhausted = [], None, 0, False
 
 
 class SQLiteConnection:

@@ -16,6 +16,7 @@ import anyio
 
 from .._errors import DataLossError, FailedPreconditionError, InvalidArgumentError, NotFoundError
 from .database import DEFAULT_FETCH_ROWS, TableReader, one_record
+from .pg_packed import Malformed, PackedColumn, packed_plan, packed_sql, unpack
 from .table_work import TableShard, database_name, quote_name
 
 if TYPE_CHECKING:
@@ -34,7 +35,7 @@ _CLOSE_TIMEOUT: Final = 2.0
 # key), and its type; no rows when the table does not exist.
 _CATALOG: Final = """
 SELECT a.attname, a.attnum,
-       format_type(a.atttypid, a.atttypmod) AS type,
+       format_type(a.atttypid, a.atttypmod) AS type, a.attnotnull,
        EXISTS (
            SELECT 1 FROM pg_index i
            WHERE i.indrelid = c.oid AND i.indisunique AND i.indpred IS NULL
@@ -103,8 +104,9 @@ async def _close(conn: Any) -> None:
 
 async def _check_table(
     conn: Any, dsn: str, table: str, key: str, columns: Sequence[str] | None, work: bytes | None
-) -> list[str]:
-    """Check that ``table`` can be read by ``key``; return its columns (as SQLite's check)."""
+) -> dict[str, tuple[str, bool]]:
+    """Check that ``table`` can be read by ``key`` (as SQLite's check); return its columns,
+    in order, with their types and whether they are NOT NULL."""
     db = database_name(dsn)
     where = f"{db}, table {table!r}"
     rows = await _fetch(conn, db, table, _CATALOG, [quote_name(table)])
@@ -135,7 +137,7 @@ async def _check_table(
             f"{where}: key column {key!r} holds NULL (a row with a NULL key is in no key range)",
             work_item=work,
         )
-    return names
+    return {row["attname"]: (row["type"], row["attnotnull"]) for row in rows}
 
 
 async def _fetch(conn: Any, db: str, table: str, sql: str, params: Sequence[object]) -> Any:
@@ -184,6 +186,14 @@ class PostgresReader(TableReader):
     restarted) raises :class:`~asyncreader.DataLossError` and leaves the work item in
     progress: the next read connects again and goes on after the last key delivered.
 
+    When every column read is an integer, boolean, ``real``, ``double precision``,
+    ``text``, ``varchar`` or ``bytea``, each chunk comes packed in one reply row (the
+    chunk's rows aggregated column by column in binary): no object per row on either
+    side, the same record bytes; a packed reply that does not add up raises
+    :class:`~asyncreader.DataLossError` naming the table and the key it follows. Columns
+    of other types, or a server that refuses the packed query, make the work item fetch
+    rows as asyncpg returns them.
+
     asyncpg runs on asyncio only: on trio, every read raises
     :class:`~asyncreader.FailedPreconditionError` before taking a work item, so none is
     lost.
@@ -208,6 +218,8 @@ class PostgresReader(TableReader):
     """
 
     _conn: Any = None
+    #: The columns of the current work item in packed form (None: fetched as rows).
+    _packed: list[PackedColumn] | None = None
 
     def __init__(
         self,
@@ -243,28 +255,65 @@ class PostgresReader(TableReader):
         shard = TableShard.parse(work)
         if self._conn is None:
             self._conn = await _connect(self._dsn, work)
-        names = await _check_table(
+        types = await _check_table(
             self._conn, self._dsn, shard.table, shard.key, self.columns, work
         )
-        self._start(work, shard, names)
+        self._start(work, shard, list(types))
+        assert self._encoder is not None
+        self._packed = packed_plan(self._encoder.columns, types)
 
     async def read_many(self, n: int) -> ReadManyResult:
         if self._wants_fetch():
             limit = max(n, self.fetch_rows)
             sql, params = self._params(limit)
-            assert self._shard is not None
+            shard = self._shard
+            assert shard is not None
+            if self._packed is not None:
+                clause, used = self._where(self._cursor is not None)
+                sql = packed_sql(self._packed, shard.table, shard.key, clause, f"${used + 1}")
             if self._conn is None:
                 # The connection was lost by an earlier read: the work item goes on, at
                 # the same key, on a new one.
                 self._conn = await _connect(self._dsn, self._work)
             try:
-                rows = await _fetch(self._conn, self.database, self._shard.table, sql, params)
+                rows = await self._fetch_chunk(shard.table, sql, params)
             except DataLossError:
-                if self._conn.is_closed():
-                    self._conn = None
-                raise
-            self._fetched(rows, limit)
+                if self._packed is None or self._conn is None:
+                    raise
+                # The server refused the packed form (a chunk's column beyond its 1 GB
+                # limit, say) but the connection is fine: this work item fetches rows.
+                self._packed = None
+                sql, params = self._params(limit)
+                rows = await self._fetch_chunk(shard.table, sql, params)
+            if self._packed is None:
+                self._fetched(rows, limit)
+            else:
+                try:
+                    keys, columns = unpack(
+                        rows[0] if len(rows) == 1 else (),
+                        self._packed,
+                        limit,
+                        shard.lo,
+                        shard.hi,
+                        self._cursor,
+                    )
+                except Malformed as exc:
+                    after = "" if self._cursor is None else f" after key {self._cursor}"
+                    raise self._error(
+                        DataLossError,
+                        f"malformed reply for the rows{after}: {exc}",
+                        record=self._cursor,
+                    ) from None
+                self._fetched_columns(keys, columns, limit)
         return self._take(n)
+
+    async def _fetch_chunk(self, table: str, sql: str, params: list[object]) -> Any:
+        try:
+            return await _fetch(self._conn, self.database, table, sql, params)
+        except DataLossError:
+            if self._conn.is_closed():
+                self._conn = None
+            raise
 
     async def read_one(self) -> tuple[bytes, bytes, bool] | None:
         return one_record(await self.read_many(1))

@@ -31,7 +31,7 @@ from .._errors import InvalidArgumentError
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
 
-__all__ = ["RowEncoder"]
+__all__ = ["ColumnValues", "RowEncoder", "gather"]
 
 #: A column name: text (a table's), or bytes (a CSV header's, as written).
 Name = TypeVar("Name", str, bytes)
@@ -88,7 +88,7 @@ def _varints(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return matrix, lengths
 
 
-def _gather(source: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+def gather(source: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
     """The spans ``source[start : start + length]``, back to back, in one take: the index
     runs up by one within a span and jumps at each span's start (a cumulative sum)."""
     keep = lengths > 0
@@ -183,6 +183,94 @@ def _table(heads: list[bytes]) -> np.ndarray:
     return table
 
 
+def _float32(doubles: np.ndarray) -> np.ndarray | None:
+    """``doubles`` as float32; ``None`` if one is beyond float32's range (not inf)."""
+    with np.errstate(over="ignore"):
+        floats = doubles.astype("<f4")
+    if np.count_nonzero(np.isinf(floats)) != np.count_nonzero(np.isinf(doubles)):
+        return None
+    return floats
+
+
+def _empty_slots(n: int) -> tuple[_Slot, _Slot]:
+    """The slots of a column that is NULL in all ``n`` rows: no entry anywhere."""
+    empty = np.zeros((n, 0), dtype=np.uint8)
+    zeros = np.zeros(n, dtype=np.int64)
+    return _Slot(empty, zeros), _Slot(empty, zeros)
+
+
+def _spread_pair(heads: _Slot, values: _Slot, null: np.ndarray | None) -> tuple[_Slot, _Slot]:
+    """Matrix slots of the non-NULL rows as those of every row (NULL ones empty)."""
+    if null is None:
+        return heads, values
+    return _spread(heads, null), _spread(values, null)
+
+
+class ColumnValues:
+    """One column of a chunk of rows as arrays, as a driver that hands columns over
+    gives them, for :meth:`RowEncoder.encode_arrays`.
+
+    ``kind`` is ``"int"`` (``data``: ``int64``), ``"float"`` (``data``: ``float64``) or
+    ``"bytes"`` (``data``: a ``uint8`` buffer holding row ``i``'s value at
+    ``starts[i] : starts[i] + lengths[i]``, the values back to back in row order, NULL
+    ones empty); ``null`` marks the NULL rows (``None``: none),
+    whose ``data`` entries are ignored.
+    """
+
+    __slots__ = ("data", "kind", "lengths", "null", "starts")
+
+    def __init__(
+        self,
+        kind: str,
+        data: np.ndarray,
+        *,
+        lengths: np.ndarray | None = None,
+        starts: np.ndarray | None = None,
+        null: np.ndarray | None = None,
+    ) -> None:
+        self.kind = kind
+        self.data = data
+        self.lengths = lengths
+        self.starts = starts
+        self.null = null
+
+    def __len__(self) -> int:
+        return len(self.lengths if self.lengths is not None else self.data)
+
+    def slice(self, start: int, stop: int) -> ColumnValues:
+        """Rows ``start`` to ``stop`` (sharing the arrays)."""
+        null = None if self.null is None else self.null[start:stop]
+        if self.kind == "bytes":
+            assert self.lengths is not None
+            assert self.starts is not None
+            return ColumnValues(
+                "bytes",
+                self.data,
+                lengths=self.lengths[start:stop],
+                starts=self.starts[start:stop],
+                null=null,
+            )
+        return ColumnValues(self.kind, self.data[start:stop], null=null)
+
+    def tolist(self) -> list[object]:
+        """The values as a driver's rows hold them (``None`` for NULL)."""
+        if self.kind == "bytes":
+            assert self.lengths is not None
+            assert self.starts is not None
+            blob = self.data.tobytes()
+            ends = (self.starts + self.lengths).tolist()
+            out: list[object] = [
+                blob[a:b]
+                for a, b in zip(self.starts.tolist(), ends)  # noqa: B905
+            ]
+        else:
+            out = self.data.tolist()
+        if self.null is not None:
+            for i in np.flatnonzero(self.null).tolist():
+                out[i] = None
+        return out
+
+
 class _Unencodable(Exception):
     """A value the Example format cannot hold (turned into InvalidArgumentError)."""
 
@@ -232,20 +320,26 @@ class _Column:
                 ints = np.array(values, dtype=np.int64)
             except OverflowError:
                 return None
-            # Every varint padded to 10 bytes (continuation bits on the first nine): the
-            # same value for a protobuf parser, and one width for every row.
-            groups = (ints.view(np.uint64)[:, None] >> _SHIFTS) & np.uint64(0x7F)
-            matrix = groups.astype(np.uint8)
-            matrix[:, :9] |= 0x80
-            return self._int_heads[10], matrix
+            return self.fixed_ints(ints)
         if kinds == {float}:
-            doubles = np.array(values, dtype=np.float64)
-            with np.errstate(over="ignore"):
-                floats = doubles.astype("<f4")
-            if np.count_nonzero(np.isinf(floats)) != np.count_nonzero(np.isinf(doubles)):
-                return None  # beyond float32's range: the row path names the row
-            return self._float_head, floats.view(np.uint8).reshape(-1, 4)
+            return self.fixed_floats(np.array(values, dtype=np.float64))
         return None
+
+    def fixed_ints(self, ints: np.ndarray) -> tuple[bytes, np.ndarray]:
+        """:meth:`fixed` of ``int64`` values."""
+        # Every varint padded to 10 bytes (continuation bits on the first nine): the same
+        # value for a protobuf parser, and one width for every row.
+        groups = (ints.view(np.uint64)[:, None] >> _SHIFTS) & np.uint64(0x7F)
+        matrix = groups.astype(np.uint8)
+        matrix[:, :9] |= 0x80
+        return self._int_heads[10], matrix
+
+    def fixed_floats(self, doubles: np.ndarray) -> tuple[bytes, np.ndarray] | None:
+        """:meth:`fixed` of ``float64`` values; ``None`` if one is beyond float32's range."""
+        floats = _float32(doubles)
+        if floats is None:
+            return None  # the row path names the row
+        return self._float_head, floats.view(np.uint8).reshape(-1, 4)
 
     def bytes_head(self, length: int) -> bytes:
         """The bytes of a map entry up to its one ``bytes_list`` value of ``length`` bytes."""
@@ -262,35 +356,23 @@ class _Column:
         float, or every one text, or every one a blob; ``None`` otherwise (arrays, mixed
         kinds, a value out of range: the row path handles or names it)."""
         n = len(values)
-        nulls = type(None) in kinds
-        kinds = kinds - {type(None)}
+        null: np.ndarray | None = None
         present = values
-        if nulls:
+        if type(None) in kinds:
             null = np.fromiter(map(_is_none, values), dtype=bool, count=n)
             present = [v for v in values if v is not None]
+        kinds = kinds - {type(None)}
         if not kinds:
-            empty = np.zeros((n, 0), dtype=np.uint8)
-            zeros = np.zeros(n, dtype=np.int64)
-            return _Slot(empty, zeros), _Slot(empty, zeros)
+            return _empty_slots(n)
         if kinds <= {int, bool}:
             try:
                 ints = np.array(present, dtype=np.int64)
             except OverflowError:
                 return None
-            value, lengths = _varints(ints)
-            heads = _Slot(self._int_table[lengths], self._int_head_lengths[lengths])
-        elif kinds == {float}:
-            doubles = np.array(present, dtype=np.float64)
-            with np.errstate(over="ignore"):
-                floats = doubles.astype("<f4")
-            if np.count_nonzero(np.isinf(floats)) != np.count_nonzero(np.isinf(doubles)):
-                return None  # beyond float32's range: the row path names the row
-            m = len(present)
-            value = floats.view(np.uint8).reshape(m, 4)
-            lengths = np.full(m, 4, dtype=np.int64)
-            head = np.frombuffer(self._float_head, dtype=np.uint8)
-            heads = _Slot(np.broadcast_to(head, (m, len(head))), np.full(m, len(head)))
-        elif kinds == {str} or kinds == {bytes}:
+            return self._int_slots(ints, null)
+        if kinds == {float}:
+            return self._float_slots(np.array(present, dtype=np.float64), null)
+        if kinds == {str} or kinds == {bytes}:
             if kinds == {str}:
                 text = "".join(present)  # type: ignore[arg-type]
                 if text.isascii():  # a byte a character: the lengths need no encoding
@@ -301,23 +383,64 @@ class _Column:
             else:
                 blob = b"".join(present)  # type: ignore[arg-type]
             lengths = np.fromiter(map(len, present), dtype=np.int64, count=len(present))  # type: ignore[arg-type]
-            unique, which = np.unique(lengths, return_inverse=True)
-            head_list = [self.bytes_head(length) for length in unique.tolist()]
-            head_lengths = np.array([len(h) for h in head_list], dtype=np.int64)
-            heads = _Slot(_table(head_list)[which], head_lengths[which])
-            value = np.frombuffer(blob, dtype=np.uint8)
             starts = np.cumsum(lengths) - lengths
-            if not nulls:
-                return heads, _Slot(value, lengths, starts)
-            return _spread(heads, null), _Slot(
-                value, _spread_lengths(lengths, null), _spread_lengths(starts, null)
-            )
-        else:
-            return None
-        values_slot = _Slot(value, lengths)
-        if nulls:
-            return _spread(heads, null), _spread(values_slot, null)
-        return heads, values_slot
+            return self._bytes_slots(np.frombuffer(blob, dtype=np.uint8), lengths, starts, null)
+        return None
+
+    def array_slots(self, column: ColumnValues) -> tuple[_Slot, _Slot] | None:
+        """:meth:`slots` of a column given as arrays; ``None`` when a float is beyond
+        float32's range."""
+        null = column.null
+        if null is not None and not null.any():
+            null = None
+        if null is not None and null.all():
+            return _empty_slots(len(null))
+        keep = slice(None) if null is None else ~null
+        if column.kind == "int":
+            return self._int_slots(column.data[keep], null)
+        if column.kind == "float":
+            return self._float_slots(column.data[keep], null)
+        assert column.lengths is not None
+        assert column.starts is not None
+        lengths, starts = column.lengths[keep], column.starts[keep]
+        # The values lie back to back: the rows' span of the buffer, from 0, as slots take it.
+        base = int(starts[0]) if len(starts) else 0
+        blob = column.data[base : base + int(lengths.sum())]
+        return self._bytes_slots(blob, lengths, starts - base, null)
+
+    def _int_slots(self, ints: np.ndarray, null: np.ndarray | None) -> tuple[_Slot, _Slot]:
+        """The slots of the non-NULL ``int64`` values ``ints`` (``null``: which rows are
+        NULL, ``None`` for none)."""
+        value, lengths = _varints(ints)
+        heads = _Slot(self._int_table[lengths], self._int_head_lengths[lengths])
+        return _spread_pair(heads, _Slot(value, lengths), null)
+
+    def _float_slots(
+        self, doubles: np.ndarray, null: np.ndarray | None
+    ) -> tuple[_Slot, _Slot] | None:
+        floats = _float32(doubles)
+        if floats is None:
+            return None  # beyond float32's range: the row path names the row
+        m = len(doubles)
+        value = floats.view(np.uint8).reshape(m, 4)
+        lengths = np.full(m, 4, dtype=np.int64)
+        head = np.frombuffer(self._float_head, dtype=np.uint8)
+        heads = _Slot(np.broadcast_to(head, (m, len(head))), np.full(m, len(head)))
+        return _spread_pair(heads, _Slot(value, lengths), null)
+
+    def _bytes_slots(
+        self, blob: np.ndarray, lengths: np.ndarray, starts: np.ndarray, null: np.ndarray | None
+    ) -> tuple[_Slot, _Slot]:
+        """The slots of the non-NULL values ``blob[starts[i] : starts[i] + lengths[i]]``."""
+        unique, which = np.unique(lengths, return_inverse=True)
+        head_list = [self.bytes_head(length) for length in unique.tolist()]
+        head_lengths = np.array([len(h) for h in head_list], dtype=np.int64)
+        heads = _Slot(_table(head_list)[which], head_lengths[which])
+        if null is None:
+            return heads, _Slot(blob, lengths, starts)
+        return _spread(heads, null), _Slot(
+            blob, _spread_lengths(lengths, null), _spread_lengths(starts, null)
+        )
 
     def _head(self, kind: int, length: int) -> bytes:
         """The bytes of a map entry up to its one packed value of ``length`` bytes."""
@@ -382,6 +505,43 @@ class _Column:
         return _delimited(1, self._name_part + _delimited(2, body))
 
 
+def _join_slots(slots: list[_Slot], n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The ``n`` records whose entries ``slots`` hold (heads and values, column after
+    column) as a buffer of Examples back to back, with each one's start and length."""
+    body = sum(slot.lengths for slot in slots)
+    prefix = np.empty((n, 11), dtype=np.uint8)
+    prefix[:, 0] = 0x0A
+    prefix[:, 1:], prefix_len = _varints(np.asarray(body, dtype=np.int64))
+    slots.insert(0, _Slot(prefix, prefix_len + 1))
+    record_len = body + slots[0].lengths
+    offsets = np.cumsum(record_len) - record_len
+    used = int(record_len.sum())
+    widths = [slot.width() for slot in slots]
+    if n * sum(widths) <= _PADDING * used:
+        # Padded rows, then the padding dropped: plain copies and one mask, byte-wide.
+        padded = np.empty((n, sum(widths)), dtype=np.uint8)
+        keep = np.empty(padded.shape, dtype=bool)
+        at = 0
+        for slot, width in zip(slots, widths):  # noqa: B905
+            padded[:, at : at + width] = slot.matrix()
+            keep[:, at : at + width] = np.arange(width) < slot.lengths[:, None]
+            at += width
+        return padded[keep], offsets, record_len
+    # A few long values: padding would cost more than gathering the spans by index.
+    sources: list[np.ndarray] = []
+    starts = np.empty((n, len(slots)), dtype=np.int64)
+    lengths = np.empty_like(starts)
+    base = 0
+    for j, slot in enumerate(slots):
+        flat, slot_starts = slot.flat()
+        starts[:, j] = slot_starts + base
+        lengths[:, j] = slot.lengths
+        sources.append(flat)
+        base += len(flat)
+    data = gather(np.concatenate(sources), starts.reshape(-1), lengths.reshape(-1))
+    return data, offsets, record_len
+
+
 class RowEncoder(Generic[Name]):
     """Encodes rows (sequences of column values) as serialized Examples; the feature names
     are the column names (``str`` in UTF-8, or ``bytes`` as they are)."""
@@ -422,6 +582,39 @@ class RowEncoder(Generic[Name]):
                 return matrix.reshape(-1), starts, np.full(n, width, dtype=np.int64)
         return self._by_columns(columns, kinds)
 
+    def encode_arrays(
+        self, columns: Sequence[ColumnValues]
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+        """:meth:`encode_chunk` of rows given as one :class:`ColumnValues` per column (in
+        :attr:`columns` order): the same bytes, from arrays, with no Python object per
+        value, whatever the number of rows; ``None`` when a float is beyond float32's
+        range (the row path names its row)."""
+        n = len(columns[0])
+        if n >= _MATRIX_MIN_ROWS and all(
+            c.kind != "bytes" and (c.null is None or not c.null.any()) for c in columns
+        ):
+            parts: list[tuple[bytes, np.ndarray]] = []
+            for column, values in zip(self._columns, columns):  # noqa: B905
+                part = (
+                    column.fixed_ints(values.data)
+                    if values.kind == "int"
+                    else column.fixed_floats(values.data)
+                )
+                if part is None:
+                    return None
+                parts.append(part)
+            matrix = self._join_fixed(parts, n)
+            width = matrix.shape[1]
+            starts = np.arange(0, n * width, width, dtype=np.int64)
+            return matrix.reshape(-1), starts, np.full(n, width, dtype=np.int64)
+        slots: list[_Slot] = []
+        for column, values in zip(self._columns, columns):  # noqa: B905
+            pair = column.array_slots(values)
+            if pair is None:
+                return None
+            slots += pair
+        return _join_slots(slots, n)
+
     def _matrix(self, columns: list[tuple[object, ...]]) -> np.ndarray | None:
         """The rows of numeric ``columns`` (no NULL) as a ``(rows, length)`` matrix."""
         parts: list[tuple[bytes, np.ndarray]] = []
@@ -430,9 +623,14 @@ class RowEncoder(Generic[Name]):
             if part is None:
                 return None
             parts.append(part)
+        return self._join_fixed(parts, len(columns[0]))
+
+    @staticmethod
+    def _join_fixed(parts: list[tuple[bytes, np.ndarray]], n: int) -> np.ndarray:
+        """The ``(rows, length)`` matrix of rows made of ``parts`` (head, values matrix)."""
         body = sum(len(head) + values.shape[1] for head, values in parts)
         prefix = b"\x0a" + _varint(body)
-        matrix = np.empty((len(columns[0]), len(prefix) + body), dtype=np.uint8)
+        matrix = np.empty((n, len(prefix) + body), dtype=np.uint8)
         at = len(prefix)
         matrix[:, :at] = np.frombuffer(prefix, np.uint8)
         for head, values in parts:
@@ -455,38 +653,7 @@ class RowEncoder(Generic[Name]):
             if pair is None:
                 return None
             slots += pair
-        body = sum(slot.lengths for slot in slots)
-        prefix = np.empty((n, 11), dtype=np.uint8)
-        prefix[:, 0] = 0x0A
-        prefix[:, 1:], prefix_len = _varints(np.asarray(body, dtype=np.int64))
-        slots.insert(0, _Slot(prefix, prefix_len + 1))
-        record_len = body + slots[0].lengths
-        offsets = np.cumsum(record_len) - record_len
-        used = int(record_len.sum())
-        widths = [slot.width() for slot in slots]
-        if n * sum(widths) <= _PADDING * used:
-            # Padded rows, then the padding dropped: plain copies and one mask, byte-wide.
-            padded = np.empty((n, sum(widths)), dtype=np.uint8)
-            keep = np.empty(padded.shape, dtype=bool)
-            at = 0
-            for slot, width in zip(slots, widths):  # noqa: B905
-                padded[:, at : at + width] = slot.matrix()
-                keep[:, at : at + width] = np.arange(width) < slot.lengths[:, None]
-                at += width
-            return padded[keep], offsets, record_len
-        # A few long values: padding would cost more than gathering the spans by index.
-        sources: list[np.ndarray] = []
-        starts = np.empty((n, len(slots)), dtype=np.int64)
-        lengths = np.empty_like(starts)
-        base = 0
-        for j, slot in enumerate(slots):
-            flat, slot_starts = slot.flat()
-            starts[:, j] = slot_starts + base
-            lengths[:, j] = slot.lengths
-            sources.append(flat)
-            base += len(flat)
-        data = _gather(np.concatenate(sources), starts.reshape(-1), lengths.reshape(-1))
-        return data, offsets, record_len
+        return _join_slots(slots, n)
 
     def encode_columns(self, columns: Sequence[Sequence[object]]) -> list[bytes]:
         """Encode the rows whose values ``columns`` hold (one sequence per column, in

@@ -55,21 +55,22 @@ class KeyRun(NamedTuple):
     """The keys of consecutive records of one work item.
 
     With ``ids`` (record numbers or byte offsets), record ``i``'s key is
-    ``work + b":" + str(ids[i])`` (SPEC §3.7); otherwise ``keys`` lists them.
+    ``work + b":" + str(ids[i])`` (SPEC §3.7), or ``stem + str(ids[i])`` with a ``stem``
+    (a database row's ``b"<table>:"``); otherwise ``keys`` lists them.
     """
 
     work: bytes | None
     size: int
     ids: range | IntArray | None = None
     keys: Sequence[bytes] | None = None
+    stem: bytes | None = None
 
     def build(self) -> list[bytes]:
         """Return the run's keys as ``bytes``."""
         if self.ids is None:
             assert self.keys is not None
             return list(self.keys)
-        assert self.work is not None
-        prefix = self.work + b":"
+        prefix = self._stem()
         ids = self.ids
         if isinstance(ids, range) and ids.step == 1 and ids.start >= 0:
             return range_keys(prefix, ids.start, ids.stop)
@@ -89,8 +90,13 @@ class KeyRun(NamedTuple):
         if self.ids is None:
             assert self.keys is not None
             return self.keys[i]
+        return b"%s%d" % (self._stem(), int(self.ids[i]))
+
+    def _stem(self) -> bytes:
+        if self.stem is not None:
+            return self.stem
         assert self.work is not None
-        return b"%s:%d" % (self.work, int(self.ids[i]))
+        return self.work + b":"
 
 
 def _as_index_array(values: object, what: str) -> IntArray:
@@ -243,7 +249,7 @@ class RecordBatch(Sequence[bytes]):
                 i, j = max(lo - first, 0), min(hi, stop) - first
                 ids = None if run.ids is None else run.ids[i:j]
                 keys = None if run.keys is None else run.keys[i:j]
-                runs.append(KeyRun(run.work, j - i, ids, keys))
+                runs.append(KeyRun(run.work, j - i, ids, keys, run.stem))
             first = stop
         return assemble(segments, runs)
 
@@ -282,7 +288,9 @@ class RecordBatch(Sequence[bytes]):
         for n, local in _runs(picks, bounds):
             run = self._keys[n]
             if run.ids is not None:
-                runs.append(KeyRun(run.work, len(local), np.asarray(run.ids, _I64)[local]))
+                runs.append(
+                    KeyRun(run.work, len(local), np.asarray(run.ids, _I64)[local], None, run.stem)
+                )
             else:
                 assert run.keys is not None
                 keys = [run.keys[k] for k in local.tolist()]

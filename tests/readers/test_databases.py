@@ -12,8 +12,11 @@ cancellation that loses and duplicates nothing.
 
 from __future__ import annotations
 
+import contextlib
+import itertools
 import os
 import pwd
+import random
 import sqlite3
 from typing import TYPE_CHECKING, Any
 
@@ -780,3 +783,177 @@ async def test_a_shared_sqlite_reader_is_one_reader_per_configuration(
             ar.SQLiteReader(sqlite_db, fetch_rows=60, shared_name="rows")
         with pytest.raises(ar.InvalidArgumentError, match="database"):
             ar.SQLiteReader(tmp_path / "other.db", fetch_rows=50, shared_name="rows")
+
+
+# -- PostgreSQL chunks in packed form -------------------------------------------------------
+
+PACKED_COLUMNS = (
+    "id bigint PRIMARY KEY, i2 smallint, i4 integer, i8 bigint, f4 real, f8 double precision, "
+    "b boolean, t text, v varchar(20), y bytea"
+)
+
+
+def packed_row(rng: random.Random, key: int) -> tuple[object, ...]:
+    """A random row of PACKED_COLUMNS' table: extremes, non-ASCII text, NULLs."""
+
+    def maybe(value: object) -> object:
+        return None if rng.random() < 0.2 else value
+
+    def pick(*values: object) -> object:
+        return maybe(rng.choice(values))
+
+    big = 2**63
+    return (
+        key,
+        pick(-(2**15), -1, 0, 1, 2**15 - 1, rng.randrange(-(2**15), 2**15)),
+        pick(-(2**31), 0, 2**31 - 1, rng.randrange(-(2**31), 2**31)),
+        pick(-big, -1, 0, 127, 128, big - 1, rng.randrange(-big, big)),
+        pick(0.0, -0.0, 1.5, float("nan"), float("inf"), float("-inf"), 3.4e38, 1e-45),
+        pick(0.0, 1 / 3, float("nan"), float("-inf"), 1e-300, 3.4e38, rng.uniform(-1e9, 1e9)),
+        pick(True, False),
+        pick("", "a", "hé €", "\U0001f600" * 3, "x" * 300, "tab\tnew\nline\\"),
+        pick("", "ü" * 20, "v"),
+        pick(b"", b"\x00", b"\xff\x00\\x", bytes(range(256)) * 3),
+    )
+
+
+async def read_records(
+    url: str, work: list[str], sizes: list[int], fetch_rows: int
+) -> tuple[list[bytes], list[bytes]]:
+    keys: list[bytes] = []
+    values: list[bytes] = []
+    async with ar.PostgresReader(url, fetch_rows=fetch_rows) as reader:
+        queue = await work_queue(work)
+        with anyio.fail_after(30), contextlib.suppress(ar.OutOfRangeError):
+            for i in itertools.count():
+                ks, vs = await reader.read_up_to(queue, sizes[i % len(sizes)])
+                keys += ks
+                values += vs
+    return keys, values
+
+
+@pytest.mark.network
+@pytest.mark.parametrize("seed", range(4))
+async def test_postgres_packed_chunks_give_the_bytes_of_the_row_path(
+    pg_table: str, seed: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    rng = random.Random(seed)
+    await pg(pg_table, "DROP TABLE IF EXISTS p", f"CREATE TABLE p ({PACKED_COLUMNS})")
+    keys = sorted(rng.sample(range(-(2**40), 2**40), 300))
+    await pg(
+        pg_table,
+        "INSERT INTO p VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
+        args=[packed_row(rng, k) for k in keys],
+    )
+    if seed == 3:  # every row of a chunk NULL in some columns, and no NULL in others
+        await pg(pg_table, "UPDATE p SET t = NULL, f4 = NULL, i8 = 5, y = 'z'")
+    work = await ar.table_shards(pg_table, "p", key="id", shards=3)
+    sizes = [rng.choice([1, 7, 15, 16, 40, 200]) for _ in range(5)]
+    fetch_rows = rng.choice([5, 64, 2048])
+    packed = await read_records(pg_table, work, sizes, fetch_rows)
+    from asyncreader._readers import postgres
+
+    calls: list[object] = []
+
+    def row_path(*args: object) -> None:
+        calls.append(args)
+        return None
+
+    monkeypatch.setattr(postgres, "packed_plan", row_path)
+    rows = await read_records(pg_table, work, sizes, fetch_rows)
+    assert calls  # the second read took the row path
+    assert packed[0] == [b"p:%d" % k for k in keys]
+    assert packed == rows
+
+
+@pytest.mark.network
+async def test_postgres_types_without_packed_form_take_the_row_path(pg_table: str) -> None:
+    await pg(
+        pg_table,
+        "DROP TABLE IF EXISTS p",
+        "CREATE TABLE p (id integer PRIMARY KEY, j json, a bigint[], c char(3))",
+        "INSERT INTO p SELECT i, json_build_object('i', i), ARRAY[i, -i], 'ab' "
+        "FROM generate_series(0, 39) i",
+    )
+    for columns, spec in [
+        (["j"], {"j": ar.FixedLenFeature([], "string")}),
+        (["a"], {"a": ar.FixedLenFeature([2], "int64")}),
+        (["c", "id"], {"c": ar.FixedLenFeature([], "string")}),
+    ]:
+        async with ar.PostgresReader(pg_table, columns=columns) as reader:
+            queue = await work_queue(["sql:p?key=id"])
+            keys, values = await reader.read_up_to(queue, 100)
+        assert keys == [b"p:%d" % i for i in range(40)]
+        got = ar.parse_example(values, spec)
+        if "j" in got:
+            assert got["j"].tolist() == [b'{"i" : %d}' % i for i in range(40)]
+        if "a" in got:
+            assert got["a"].tolist() == [[i, -i] for i in range(40)]
+        if "c" in got:
+            assert got["c"].tolist() == [b"ab "] * 40  # asyncpg keeps char(n)'s padding
+
+
+@pytest.mark.network
+async def test_postgres_float_beyond_float32_in_a_packed_chunk_names_its_row(
+    pg_table: str,
+) -> None:
+    await pg(pg_table, "UPDATE t SET x = 1e300 WHERE id = 30")
+    async with ar.PostgresReader(pg_table, columns=["x"]) as reader:
+        queue = await work_queue(["sql:t?key=id&hi=100"])
+        keys, _ = await reader.read_up_to(queue, 100)
+        assert keys == [b"t:%d" % i for i in range(30)]
+        with pytest.raises(ar.InvalidArgumentError, match=r"table 't': the row with key 30 .*'x'"):
+            await reader.read_up_to(queue, 100)
+
+
+@pytest.mark.network
+async def test_postgres_malformed_packed_reply_is_data_loss_naming_table_and_key(
+    pg_table: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from asyncreader._readers import postgres
+
+    real = postgres._fetch
+
+    async def truncated(conn: Any, db: str, table: str, sql: str, params: Any) -> Any:
+        rows = await real(conn, db, table, sql, params)
+        if "string_agg" not in sql:
+            return rows
+        reply = list(rows[0])
+        reply[1] = reply[1][:-1]  # the keys one byte short
+        return [reply]
+
+    async with ar.PostgresReader(pg_table, fetch_rows=10) as reader:
+        queue = await work_queue(["sql:t?key=id"])
+        keys, _ = await reader.read_up_to(queue, 10)
+        assert keys[-1] == b"t:9"
+        monkeypatch.setattr(postgres, "_fetch", truncated)
+        with pytest.raises(
+            ar.DataLossError, match=r"table 't': malformed reply for the rows after key 9: keys"
+        ):
+            await reader.read_up_to(queue, 10)
+        monkeypatch.setattr(postgres, "_fetch", real)
+        keys, _ = await reader.read_up_to(queue, 10)  # nothing lost: it goes on at key 10
+        assert keys[0] == b"t:10"
+
+
+@pytest.mark.network
+async def test_postgres_packed_query_refused_by_the_server_falls_back_to_rows(
+    pg_table: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from asyncreader._readers import postgres
+
+    real = postgres._fetch
+    refused: list[str] = []
+
+    async def refuse_packed(conn: Any, db: str, table: str, sql: str, params: Any) -> Any:
+        if "string_agg" in sql:
+            refused.append(sql)
+            # An error of the server's, as a chunk beyond its 1 GB limit on a value gives.
+            return await real(conn, db, table, "SELECT 1 / 0", [])
+        return await real(conn, db, table, sql, params)
+
+    monkeypatch.setattr(postgres, "_fetch", refuse_packed)
+    async with ar.PostgresReader(pg_table, fetch_rows=100) as reader:
+        got = await read_all(reader, await work_queue(["sql:t?key=id"]), "read_batch", 64)
+    assert got == list(range(ROWS))
+    assert len(refused) == 1  # the work item went on with rows

@@ -365,3 +365,22 @@ def test_a_pickled_batch_holds_only_the_bytes_its_records_cover() -> None:
     assert back.tolist() == records
     assert back.keys() == [b"f.txt:7", b"f.txt:8"]
     assert back.work_item(1) == b"f.txt"
+
+
+def test_key_runs_with_a_stem_make_keys_from_it_in_every_view() -> None:
+    # Database rows: work item "sql:t?key=id", keys b"t:<id>" made only when asked for.
+    import pickle
+
+    data = np.frombuffer(b"abcdef", np.uint8)
+    segment = Segment(data, np.arange(6, dtype=np.int64), np.ones(6, np.int64))
+    ids = np.array([-5, 3, 4, 5, 2**62, 9], np.int64)
+    batch = assemble([segment], [KeyRun(b"sql:t?key=id", 6, ids, None, b"t:")])
+    want = [b"t:-5", b"t:3", b"t:4", b"t:5", b"t:%d" % 2**62, b"t:9"]
+    assert batch.keys() == want
+    assert [batch.key(i) for i in range(6)] == want
+    assert batch[1:4].keys() == want[1:4]  # consecutive ids: the range path
+    assert batch.take([5, 0]).keys() == [want[5], want[0]]
+    assert pickle.loads(pickle.dumps(batch)).keys() == want
+    assert concat([batch[:2], batch[4:]]).keys() == want[:2] + want[4:]
+    assert batch.work_item(2) == b"sql:t?key=id"
+    assert batch.describe(0) == "record b't:-5' of work item b'sql:t?key=id'"

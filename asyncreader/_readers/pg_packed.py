@@ -1,0 +1,214 @@
+"""PostgreSQL chunks fetched as packed columns: one reply row per chunk, not one per row.
+
+asyncpg makes a ``Record`` and a Python object per value of every row it returns, which
+bounds a reader that only wants the rows' bytes. So :class:`~asyncreader.PostgresReader`
+asks the server to pack a chunk instead: the same keyset query (``WHERE key > <last key>
+ORDER BY key LIMIT n``) as a subquery, aggregated into a single row holding, per column,
+its values back to back in their binary form (``string_agg(int8send(c), '')``: big-endian
+integers and floats, booleans as a byte) or, for text and blobs, the values joined with
+their lengths beside them (-1 for NULL), and a NULL mask for numbers that may be NULL.
+One ``bytes`` per column then becomes a numpy array with no Python object per row, which
+:meth:`~asyncreader._readers.row_example.RowEncoder.encode_arrays` encodes.
+
+The aggregates of one plain ``Aggregate`` node read the subquery's rows in the same order,
+so the columns agree row for row; PostgreSQL keeps the subquery's key order in practice
+(an ``ORDER BY`` inside each aggregate would sort each column again), and the keys are
+checked and the chunk put in key order if it ever were not. Every length in the reply is
+checked against the row count before it is used: a reply that does not add up raises
+:class:`Malformed` (the reader's DataLossError), never a wrong record.
+
+Columns of other types (numeric, dates, arrays, JSON, ...) are left to the row path.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import TYPE_CHECKING, Final
+
+import numpy as np
+
+from .row_example import ColumnValues, gather
+from .table_work import quote_name
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
+
+__all__ = ["Malformed", "PackedColumn", "packed_plan", "packed_sql", "unpack"]
+
+#: The kind of each column type the packed form holds (``format_type`` names).
+_KINDS: Final = {
+    "bigint": "int",
+    "integer": "int",
+    "smallint": "int",
+    "boolean": "bool",
+    "double precision": "float8",
+    "real": "float4",
+    "text": "text",
+    "character varying": "text",
+    "bytea": "bytes",
+}
+
+#: Numbers: the SQL function that packs one, its width and dtype.
+_NUMBERS: Final = {
+    "int": ("int8send", 8, ">i8"),
+    "bool": ("boolsend", 1, "u1"),
+    "float8": ("float8send", 8, ">f8"),
+    "float4": ("float4send", 4, ">f4"),
+}
+
+#: What stands in for NULL in a packed number column (the NULL mask says which).
+_ZERO: Final = {"int": "0::int8", "bool": "false", "float8": "0::float8", "float4": "0::real"}
+
+
+class Malformed(Exception):
+    """A packed reply that does not add up (turned into DataLossError by the reader)."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class PackedColumn:
+    """A column read in packed form: its name, kind and whether it may hold NULL."""
+
+    name: str
+    kind: str
+    nullable: bool
+
+
+def packed_plan(
+    columns: Sequence[str], types: Mapping[str, tuple[str, bool]]
+) -> list[PackedColumn] | None:
+    """The packed columns of ``columns`` (``types``: each column's ``format_type`` and
+    whether it is NOT NULL), or ``None`` if one has a type the packed form does not hold."""
+    plan = []
+    for name in columns:
+        pg_type, not_null = types[name]
+        kind = _KINDS.get(pg_type.partition("(")[0])
+        if kind is None:
+            return None
+        plan.append(PackedColumn(name, kind, not not_null))
+    return plan
+
+
+def packed_sql(plan: Sequence[PackedColumn], table: str, key: str, where: str, limit: str) -> str:
+    """The query of a chunk in packed form: the rows of ``table`` matching ``where`` (a
+    WHERE clause or ``""``), the first ``limit`` (a placeholder) in ``key`` order."""
+    inner = []
+    outer = ["count(*)", "string_agg(int8send(k), '')"]
+    for j, column in enumerate(plan):
+        alias = f"c{j}"
+        source = quote_name(column.name)
+        if column.kind in _NUMBERS:
+            send = _NUMBERS[column.kind][0]
+            cast = "::int8" if column.kind == "int" else ""
+            inner.append(f"{source}{cast} AS {alias}")
+            outer.append(f"string_agg({send}(coalesce({alias}, {_ZERO[column.kind]})), '')")
+            if column.nullable:
+                outer.append(f"string_agg(boolsend({alias} IS NULL), '')")
+        else:
+            # Text as its UTF-8 bytes, whatever the server's encoding (as asyncpg gives it).
+            value = f"convert_to({source}, 'UTF8')" if column.kind == "text" else source
+            inner.append(f"{value} AS {alias}")
+            outer.append(f"string_agg({alias}, '')")
+            outer.append(f"string_agg(int4send(coalesce(octet_length({alias}), -1)), '')")
+    q = quote_name(key)
+    # ORDER BY the table's key column by its qualified name: an output alias cannot shadow it.
+    sub = (
+        f"SELECT {', '.join(inner)}, {q}::int8 AS k FROM {quote_name(table)} AS src{where} "
+        f"ORDER BY src.{q} LIMIT {limit}"
+    )
+    return f"SELECT {', '.join(outer)} FROM ({sub}) AS chunk"
+
+
+def unpack(
+    reply: Sequence[object],
+    plan: Sequence[PackedColumn],
+    limit: int,
+    lo: int | None,
+    hi: int | None,
+    after: int | None,
+) -> tuple[list[int], list[ColumnValues]]:
+    """The keys (in order) and the columns of a packed reply, checked: as many rows as the
+    count says, at most ``limit``, keys unique in ``lo <= key < hi`` and past ``after``.
+
+    Raises:
+        Malformed: the reply does not add up.
+    """
+    count = reply[0] if len(reply) else None
+    if type(count) is not int or not 0 <= count <= limit:
+        raise Malformed(f"a row count of {count!r} for a chunk of at most {limit}")
+    fields = iter(reply[1:])
+
+    def field(what: str, size: int | None) -> bytes:
+        value = next(fields, b"")
+        value = b"" if value is None else value  # string_agg of no rows (or all NULL)
+        if not isinstance(value, bytes):
+            raise Malformed(f"{what}: {type(value).__name__}, not bytes")
+        if size is not None and len(value) != size:
+            raise Malformed(f"{what}: {len(value)} bytes for {count} rows")
+        return value
+
+    keys = np.frombuffer(field("keys", 8 * count), dtype=">i8").astype(np.int64)
+    columns: list[ColumnValues] = []
+    for column in plan:
+        what = f"column {column.name!r}"
+        if column.kind in _NUMBERS:
+            _, width, dtype = _NUMBERS[column.kind]
+            raw = np.frombuffer(field(what, width * count), dtype=dtype)
+            if column.kind == "bool" and np.any(raw > 1):
+                raise Malformed(f"{what}: a boolean byte other than 0 or 1")
+            kind = "int" if column.kind in ("int", "bool") else "float"
+            data = raw.astype(np.int64 if kind == "int" else np.float64)
+            null = None
+            if column.nullable:
+                mask = np.frombuffer(field(f"{what} NULLs", count), dtype=np.uint8)
+                if np.any(mask > 1):
+                    raise Malformed(f"{what} NULLs: a byte other than 0 or 1")
+                null = mask.view(bool)
+            columns.append(ColumnValues(kind, data, null=null))
+        else:
+            blob = np.frombuffer(field(what, None), dtype=np.uint8)
+            lengths = np.frombuffer(field(f"{what} lengths", 4 * count), dtype=">i4")
+            lengths = lengths.astype(np.int64)
+            if np.any(lengths < -1):
+                raise Malformed(f"{what}: a negative length")
+            nulls = lengths < 0
+            lengths[nulls] = 0
+            total = int(lengths.sum())
+            if total != len(blob):
+                raise Malformed(f"{what}: lengths adding up to {total} for {len(blob)} bytes")
+            columns.append(
+                ColumnValues(
+                    "bytes",
+                    blob,
+                    lengths=lengths,
+                    starts=np.cumsum(lengths) - lengths,
+                    null=nulls if nulls.any() else None,
+                )
+            )
+    if next(fields, None) is not None:
+        raise Malformed("more fields than columns")
+    if count > 1 and not bool(np.all(keys[1:] > keys[:-1])):
+        order = np.argsort(keys, kind="stable")
+        keys = keys[order]
+        columns = [_reorder(c, order) for c in columns]
+        if not bool(np.all(keys[1:] > keys[:-1])):
+            raise Malformed("a key twice in a chunk")
+    if count:
+        first, last = int(keys[0]), int(keys[-1])
+        lows = [b for b in (lo, None if after is None else after + 1) if b is not None]
+        if (lows and first < max(lows)) or (hi is not None and last >= hi):
+            raise Malformed(f"keys {first}..{last} outside the chunk's key range")
+    return keys.tolist(), columns
+
+
+def _reorder(column: ColumnValues, order: np.ndarray) -> ColumnValues:
+    """``column``'s rows in ``order``."""
+    null = None if column.null is None else column.null[order]
+    if column.kind != "bytes":
+        return ColumnValues(column.kind, column.data[order], null=null)
+    assert column.lengths is not None
+    assert column.starts is not None
+    lengths = column.lengths[order]
+    data = gather(column.data, column.starts[order], lengths)
+    return ColumnValues(
+        "bytes", data, lengths=lengths, starts=np.cumsum(lengths) - lengths, null=null
+    )
