@@ -195,7 +195,7 @@ class ItemLog:
     async def _rebuild(self, queue: Any, book: LeaseBook, expect: dict[str, Any]) -> None:
         name = book._name
         if self.digest.digest() != expect["digest"]:
-            self.expect = None
+            # Still restoring: the queue takes nothing until the right items come.
             self.values = []
             self.digest = hashlib.sha256()
             raise InvalidArgumentError(

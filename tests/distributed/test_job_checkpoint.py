@@ -159,3 +159,149 @@ async def test_a_job_checkpoint_restores_the_rest_exactly_once_with_any_rank_cou
     assert sorted(ledger) == sorted(keys)
     # Each rank's tracked states come back only with the same number of ranks.
     assert restored == ([4] * 3 if after == 3 else [None] * after)
+
+
+@pytest.mark.both_backends
+async def test_a_rank_missing_from_the_checkpoint_fails_the_others_in_time(
+    namespace: str,
+) -> None:
+    stack, made = sessions(ar.RayCluster(namespace=namespace), 3)
+    failed: list[str] = []
+    async with stack:
+        for sess in made:
+            await stack.enter_async_context(sess)
+
+        async def arrive(sess: ar.Session) -> None:
+            with pytest.raises(TimeoutError) as caught:
+                await sess.checkpoint(timeout=1.5)
+            failed.append(str(caught.value))
+
+        with anyio.fail_after(30):  # rank 2 never calls checkpoint()
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(arrive, made[0])
+                tg.start_soon(arrive, made[1])
+    assert len(failed) == 2
+    assert all("rank(s) [2] did not call checkpoint()" in m for m in failed)
+
+
+async def test_a_dead_rank_fails_the_checkpoint_at_once(
+    ray_env: RayEnv, namespace: str, tmp_path: Path
+) -> None:
+    from .test_leases import anchor_of, until_dead
+
+    paths, _ = await write_files(tmp_path, [20, 20])
+    stack, made = sessions(ar.RayCluster(namespace=namespace), 3)
+    failed: list[str] = []
+    async with stack:
+        for sess in made:
+            await stack.enter_async_context(sess)
+        works = [work_queue(sess) for sess in made]
+        await works[0].enqueue_many(paths)
+        await works[0].close()
+        with anyio.fail_after(30):
+            await ar.TFRecordReader().read_up_to(works[2], 5)  # rank 2 holds a lease
+            await anyio.to_thread.run_sync(ray_env.ray.kill, anchor_of(made[2]))
+            await until_dead(works[0])
+
+        async def arrive(sess: ar.Session) -> None:
+            with pytest.raises(ar.FailedPreconditionError) as caught:
+                await sess.checkpoint(timeout=120)
+            failed.append(str(caught.value))
+
+        with anyio.fail_after(20):  # far less than the timeout: the death is seen
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(arrive, made[0])
+                tg.start_soon(arrive, made[1])
+    assert len(failed) == 2
+    assert all("rank(s) [2] died before calling checkpoint()" in m for m in failed)
+
+
+async def one_rank_checkpoint(
+    cluster: ar.RayCluster, paths: list[str], key: bytes | None = None
+) -> bytes:
+    async with ar.Session(cluster=cluster, rank=0, world_size=1, checkpoint_key=key) as sess:
+        work = work_queue(sess)
+        await work.enqueue_many(paths)
+        await work.close()
+        with anyio.fail_after(30):
+            keys, _ = await ar.TFRecordReader().read_up_to(work, 5)
+            await sess.ack(keys[:2])
+            return await sess.checkpoint()
+
+
+def edited(checkpoint: bytes, edit: Any) -> bytes:
+    tree = state_codec.decode(checkpoint)
+    [snapshot] = tree["queues"].values()
+    edit(snapshot)
+    return state_codec.encode(tree)
+
+
+def set_index(value: Any) -> Any:
+    def edit(snapshot: dict[str, Any]) -> None:
+        snapshot["leases"][0][0] = value
+
+    return edit
+
+
+async def test_a_checkpoint_restores_only_the_items_the_program_enqueues(
+    ray_env: RayEnv, namespace: str, tmp_path: Path
+) -> None:
+    paths, _ = await write_files(tmp_path, [20, 20])
+    data = await one_rank_checkpoint(ar.RayCluster(namespace=namespace), paths)
+    await gone(ray_env, namespace)
+    again = ar.RayCluster(namespace=ray_env.namespace())
+
+    def restore(checkpoint: bytes, **kwargs: Any) -> ar.Session:
+        return ar.Session(cluster=again, rank=0, world_size=1, restore=checkpoint, **kwargs)
+
+    # A checkpoint names work items by index only: an edited one that names anything
+    # else, or an index out of range, is refused before anything runs.
+    for bad in (set_index(7), set_index(str(tmp_path / "secret.tfrecord")), set_index(-1)):
+        with pytest.raises(ar.InvalidArgumentError, match="malformed job checkpoint"):
+            restore(edited(data, bad))
+    async with ar.Session() as local:
+        with pytest.raises(ar.InvalidArgumentError, match="restores job checkpoints"):
+            restore(await local.checkpoint())
+    # The program fills the queue with other items than the checkpointed job's: refused,
+    # and nothing of them is read.
+    other = str(tmp_path / "other.tfrecord")
+    with ar.TFRecordWriter(other) as writer:
+        writer.write(b"not to be read")
+    async with restore(data) as sess:
+        work = work_queue(sess)
+        with pytest.raises(ar.InvalidArgumentError, match="not those of the checkpointed job"):
+            await work.enqueue_many([other, paths[1]])
+        assert work.size() == 0  # refused: still waiting for the job's items
+        await work.enqueue_many([paths[0]])  # one of the two
+        with pytest.raises(ar.InvalidArgumentError, match="checkpointed job had enqueued 2"):
+            await work.close()
+        assert work.size() == 0
+    await gone(ray_env, again.namespace)
+
+
+async def test_a_signed_job_checkpoint_needs_its_key(
+    ray_env: RayEnv, namespace: str, tmp_path: Path
+) -> None:
+    paths, _ = await write_files(tmp_path, [20])
+    data = await one_rank_checkpoint(ar.RayCluster(namespace=namespace), paths, key=b"k" * 32)
+    await gone(ray_env, namespace)
+    cluster = ar.RayCluster(namespace=ray_env.namespace())
+    with pytest.raises(ar.InvalidArgumentError, match="signed"):
+        ar.Session(cluster=cluster, rank=0, world_size=1, restore=data)
+    altered = data[:-1] + bytes([data[-1] ^ 1])
+    with pytest.raises(ar.InvalidArgumentError, match="signature does not match"):
+        ar.Session(cluster=cluster, rank=0, world_size=1, restore=altered, checkpoint_key=b"k" * 32)
+    ar.Session(cluster=cluster, rank=0, world_size=1, restore=data, checkpoint_key=b"k" * 32)
+
+
+async def test_a_shared_queue_of_examples_must_be_empty_at_a_job_checkpoint(
+    namespace: str,
+) -> None:
+    async with ar.Session(cluster=ar.RayCluster(namespace=namespace), rank=0, world_size=1) as s:
+        examples: Any = ar.FIFOQueue(None, shared_name="examples")
+        await examples.enqueue_many([(1, 2.0), (3, 4.0)])
+        with anyio.fail_after(30):
+            with pytest.raises(ar.FailedPreconditionError, match="'examples' holds 2 element"):
+                await s.checkpoint()
+            await examples.dequeue_many(2)
+            assert isinstance(await s.checkpoint(), bytes)
