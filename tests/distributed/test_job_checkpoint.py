@@ -226,7 +226,8 @@ async def one_rank_checkpoint(
         with anyio.fail_after(30):
             keys, _ = await ar.TFRecordReader().read_up_to(work, 5)
             await sess.ack(keys[:2])
-            return await sess.checkpoint()
+            data = await sess.checkpoint()
+    return data
 
 
 def edited(checkpoint: bytes, edit: Any) -> bytes:
