@@ -230,7 +230,7 @@ class ItemLog:
             )
 
 
-def check_job_tree(tree: Any, world_size: int) -> dict[str, Any]:
+def check_job_tree(tree: Any) -> dict[str, Any]:
     """Check the shape of a decoded job checkpoint; return it.
 
     Raises:

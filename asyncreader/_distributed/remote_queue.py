@@ -228,7 +228,7 @@ class RayBackend:
         Raises:
             InvalidArgumentError: ``tree`` is not a job checkpoint, or is malformed.
         """
-        job = check_job_tree(tree, self.world_size)
+        job = check_job_tree(tree)
         self._restoring = dict(job["queues"])
         if job["world_size"] != self.world_size:
             return None
@@ -272,8 +272,18 @@ class RayBackend:
                 "max_concurrency": _MAX_CONCURRENCY,
             }
             actor_class = _actor_class(self._ray, CheckpointHost).options(**options)
-            self._checkpoints = await anyio.to_thread.run_sync(actor_class.remote)
+            actor = await anyio.to_thread.run_sync(actor_class.remote)
             self._job.created.remote(CHECKPOINT_ACTOR)
+            # A new actor starts a worker process (seconds on a busy machine): its first
+            # answer is bounded by connect_timeout, later ones by health_interval.
+            with anyio.move_on_after(self._cluster.connect_timeout):
+                await self._wait(actor.ping.remote(), "checkpoints")
+                self._checkpoints = actor
+            if self._checkpoints is None:
+                raise FailedPreconditionError(
+                    "the job's checkpoint actor did not start within connect_timeout "
+                    f"({self._cluster.connect_timeout:g} s)"
+                )
         self._checkpoint_count += 1
         queues = {
             f"{ACTOR_PREFIX}{container}/{kind}/{name}": queue._actor
