@@ -20,7 +20,11 @@ a token of this run only), then measures in the same run:
   ``torchrun`` would start them) read the same TFRecord files, taking work items from one
   shared work queue with ``read_batch``; records/s from the first rank's first read to the
   last rank's end (process start-up and joining the cluster are reported apart), against
-  one process reading the same files through a local queue in this run.
+  one process reading the same files through a local queue in this run;
+* **job checkpoint**: ranks (Sessions of the benchmark's process, each its own client of the
+  cluster) each hold ``--checkpoint-leases`` leases (a reader per lease, half of what it read
+  acknowledged) on a work queue of ``--checkpoint-items`` items; the time of the collective
+  ``await sess.checkpoint()`` (best of ``--repeat``) and the checkpoint's size.
 
 This machine's cores bound the speed-up: with 2 cores expect none beyond 2 ranks, and the
 Ray processes (GCS, raylet, the queue's actor) share those cores with the ranks.
@@ -262,6 +266,49 @@ async def _local_reference(paths: list[str]) -> float:
     return records / (time.perf_counter() - start)
 
 
+async def _checkpoint_cost(
+    namespace: str, paths: list[str], world: int, leases: int, items: int, repeat: int
+) -> tuple[float, int]:
+    """Best seconds of a collective job checkpoint of ``world`` ranks, and its bytes."""
+    import contextlib
+
+    from asyncreader._runtime import context
+
+    cluster = ar.RayCluster(None, namespace)
+    made = [ar.Session(cluster=cluster, rank=r, world_size=world) for r in range(world)]
+    async with contextlib.AsyncExitStack() as stack:
+        for sess in made:
+            await stack.enter_async_context(sess)
+        works: list[Any] = []
+        for sess in made:
+            token = context._session.set(sess)
+            try:
+                works.append(ar.FIFOQueue(None, shared_name="files"))
+            finally:
+                context._session.reset(token)
+        fake = [f"/data/more/part-{i:06d}.tfrecord" for i in range(max(0, items - len(paths)))]
+        await works[0].enqueue_many(paths + fake)
+        for r, sess in enumerate(made):
+            for _ in range(leases):
+                keys, _ = await ar.TFRecordReader().read_up_to(works[r], 10)
+                await sess.ack(keys[:5])
+        times: list[float] = []
+        data = b""
+        for _ in range(repeat):
+            start = time.perf_counter()
+            async with anyio.create_task_group() as tg:
+                for sess in made:
+
+                    async def one(sess: ar.Session = sess) -> None:
+                        nonlocal data
+                        data = await sess.checkpoint()
+
+                    tg.start_soon(one)
+            times.append(time.perf_counter() - start)
+        await works[0].close()
+    return min(times), len(data)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--files", type=int, default=16)
@@ -269,7 +316,10 @@ def main() -> None:
     parser.add_argument("--record-bytes", type=int, default=1024)
     parser.add_argument("--ranks", default="1,2,4")
     parser.add_argument("--repeat", type=int, default=3)
-    parser.add_argument("--sections", default="queue,leases,ranks")
+    parser.add_argument("--sections", default="queue,leases,ranks,checkpoint")
+    parser.add_argument("--checkpoint-ranks", default="1,2,4,8")
+    parser.add_argument("--checkpoint-leases", default="1,4", help="leases per rank")
+    parser.add_argument("--checkpoint-items", type=int, default=10_000)
     args = parser.parse_args()
     sections = set(args.sections.split(","))
     os.environ.update(_RAY_ENV)
@@ -326,27 +376,46 @@ def main() -> None:
                     f"it): median {statistics.median(times) * 1e3:.0f} ms, "
                     f"{', '.join(f'{t * 1e3:.0f}' for t in times)} ms"
                 )
-            if "ranks" not in sections:
-                return
-            reference = max(anyio.run(_local_reference, paths) for _ in range(args.repeat))
-            print(
-                f"\nranks: {args.files} files x {args.records} records of "
-                f"{args.record_bytes} B; one process, local queue: {reference:,.0f} records/s"
-            )
-            print(
-                f"{'ranks':>5}{'records/s':>14}{'x local':>9}{'read s':>8}{'join s':>8}"
-                f"{'wall s':>8}  records per rank"
-            )
-            for world in (int(w) for w in args.ranks.split(",")):
-                runs = [_run_ranks(address, world, paths) for _ in range(args.repeat)]
-                best = max(runs, key=lambda r: r["records_per_s"])
-                assert all(r["records"] == args.files * args.records for r in runs)
+            if "ranks" in sections:
+                reference = max(anyio.run(_local_reference, paths) for _ in range(args.repeat))
                 print(
-                    f"{world:>5}{best['records_per_s']:>14,.0f}"
-                    f"{best['records_per_s'] / reference:>9.2f}{best['read_s']:>8.2f}"
-                    f"{best['join_s']:>8.1f}"
-                    f"{statistics.median(r['wall_s'] for r in runs):>8.1f}  {best['per_rank']}"
+                    f"\nranks: {args.files} files x {args.records} records of "
+                    f"{args.record_bytes} B; one process, local queue: {reference:,.0f} records/s"
                 )
+                print(
+                    f"{'ranks':>5}{'records/s':>14}{'x local':>9}{'read s':>8}{'join s':>8}"
+                    f"{'wall s':>8}  records per rank"
+                )
+                for world in (int(w) for w in args.ranks.split(",")):
+                    runs = [_run_ranks(address, world, paths) for _ in range(args.repeat)]
+                    best = max(runs, key=lambda r: r["records_per_s"])
+                    assert all(r["records"] == args.files * args.records for r in runs)
+                    print(
+                        f"{world:>5}{best['records_per_s']:>14,.0f}"
+                        f"{best['records_per_s'] / reference:>9.2f}{best['read_s']:>8.2f}"
+                        f"{best['join_s']:>8.1f}"
+                        f"{statistics.median(r['wall_s'] for r in runs):>8.1f}  {best['per_rank']}"
+                    )
+            if "checkpoint" in sections:
+                print(
+                    f"\njob checkpoint: work queue of {args.checkpoint_items:,} items (best of "
+                    f"{args.repeat})"
+                )
+                print(f"{'ranks':>5}{'leases':>8}{'time ms':>9}{'bytes':>9}")
+                for world in (int(w) for w in args.checkpoint_ranks.split(",")):
+                    for per_rank in (int(n) for n in args.checkpoint_leases.split(",")):
+                        if world * per_rank > len(paths):
+                            continue  # one file per lease
+                        seconds, size = anyio.run(
+                            _checkpoint_cost,
+                            f"bench-{secrets.token_hex(4)}",
+                            paths,
+                            world,
+                            per_rank,
+                            args.checkpoint_items,
+                            args.repeat,
+                        )
+                        print(f"{world:>5}{world * per_rank:>8}{seconds * 1e3:>9.1f}{size:>9,}")
         finally:
             ray.shutdown()
 

@@ -20,6 +20,7 @@ from typing import Any
 
 from .._errors import AsyncReaderError
 from .tail import TailPool
+from .job_checkpoint import ItemLog
 from .work_queue import LeaseBook
 
 __all__ = ["JobHost", "QueueHost"]
@@ -64,6 +65,7 @@ class QueueHost:
         self._queue = queue
         self._leases = LeaseBook(queue, shared_name)
         self._tail = TailPool(self._leases, queue, shared_name)
+        self._items = ItemLog()
         self._clients: set[str] = set()
         self._running: dict[tuple[str, int], asyncio.Task[Any]] = {}
         self._in_doubt: dict[tuple[str, int], tuple[Any, bool | None]] = {}
@@ -121,7 +123,11 @@ class QueueHost:
         try:
             if verb == "lease":
                 value = await self._leases.lease(client, *args)
+            elif verb in ("enqueue", "enqueue_many"):
+                value = await self._items.enqueue(self._queue, self._leases, verb, args)
             else:
+                if verb == "close":
+                    self._items.close_check(self._leases._name)
                 value = await getattr(self._queue, verb)(*args)
         except AsyncReaderError as exc:
             return ("error", type(exc).__name__, str(exc))
@@ -241,6 +247,24 @@ class QueueHost:
     def lease_status(self) -> dict[str, Any]:
         """The leases: pending items given back, leases held, dead ranks."""
         return self._leases.status()
+
+    # -- job checkpoints (see job_checkpoint) ----------------------------------------------
+
+    def job_snapshot(self) -> tuple[Any, ...]:
+        """The queue's part of a job checkpoint; errors travel as values."""
+        try:
+            return ("ok", self._items.snapshot(self._queue, self._leases, self._leases._name))
+        except AsyncReaderError as exc:
+            return ("error", type(exc).__name__, str(exc))
+
+    def restore_job(self, snapshot: dict[str, Any]) -> tuple[Any, ...]:
+        """Restore the queue from its part of a job checkpoint once the program has
+        enqueued its items again (see :class:`~.job_checkpoint.ItemLog`)."""
+        try:
+            self._items.restore(snapshot, self._leases._name)
+        except AsyncReaderError as exc:
+            return ("error", type(exc).__name__, str(exc))
+        return ("ok", None)
 
 
 class JobHost:

@@ -23,6 +23,7 @@ from .._runtime.resources import check_shared_config
 from .awaiting import wait_ref
 from .cluster import ACTOR_PREFIX, JOB_ACTOR
 from .hosting import VERBS, JobHost, QueueHost
+from .job_checkpoint import CHECKPOINT_ACTOR, CheckpointHost, check_job_tree
 from .rank import Anchor, Heartbeat, LeaseClient, unknown_keys
 from .tail import EqualSteps
 
@@ -74,6 +75,11 @@ class RayBackend:
         self._job: Any = None
         self._anchor: Any = None
         self._heartbeat: Heartbeat | None = None
+        # Job checkpoints: the queues' parts of the one restored, by actor name; the
+        # job's checkpoint actor; how many checkpoints this rank took.
+        self._restoring: dict[str, Any] = {}
+        self._checkpoints: Any = None
+        self._checkpoint_count = 0
 
     # -- SharedBackend -------------------------------------------------------------------
 
@@ -162,6 +168,9 @@ class RayBackend:
         self._job.created.remote(actor_name)
         try:
             check_shared_config(kind, name, have, want)
+            snapshot = self._restoring.get(actor_name)
+            if snapshot is not None:
+                self._restore_queue(actor, actor_name, snapshot)
         except Exception:
             actor.detach.remote(self._client, [])
             raise
@@ -229,6 +238,90 @@ class RayBackend:
         queue = queues[0]
         queue._pooled = True
         return EqualSteps(self, queue, batcher, remainder)  # type: ignore[arg-type]
+
+    # -- job checkpoints (see job_checkpoint) --------------------------------------------
+
+    def load_job(self, tree: Any) -> dict[str, Any] | None:
+        """Keep the shared queues' parts of a job checkpoint, restored as the queues are
+        looked up; return this rank's part when the job had as many ranks, else ``None``.
+
+        Raises:
+            InvalidArgumentError: ``tree`` is not a job checkpoint, or is malformed.
+        """
+        job = check_job_tree(tree)
+        self._restoring = dict(job["queues"])
+        if job["world_size"] != self.world_size:
+            return None
+        part: dict[str, Any] = job["ranks"][self.rank]
+        return part
+
+    def _restore_queue(self, actor: Any, name: str, snapshot: Any) -> None:
+        ray = self._ray
+        try:
+            reply = ray.get(
+                actor.restore_job.remote(snapshot), timeout=self._cluster.connect_timeout
+            )
+        except ray.exceptions.RayError as exc:
+            raise FailedPreconditionError(
+                f"shared queue '{name}': its actor failed while restoring: {type(exc).__name__}"
+            ) from None
+        if reply[0] != "ok":
+            raise _error(reply[1], reply[2])
+
+    async def job_checkpoint(self, part: dict[str, Any], timeout: float | None) -> Any:  # noqa: ASYNC109
+        """Take the job checkpoint with every other rank (collective); return its tree.
+
+        Raises:
+            TimeoutError: a rank did not take part within ``timeout``.
+            FailedPreconditionError: a rank died first, a shared queue cannot be saved,
+                or an actor failed.
+        """
+        if self._job is None:
+            raise FailedPreconditionError(
+                "the job checkpoint of a Session with a cluster is taken inside its async "
+                "with block"
+            )
+        await self.ack([])  # report every reader's position: a restore seeks there
+        if self._checkpoints is None:
+            options = {
+                "name": CHECKPOINT_ACTOR,
+                "namespace": self._cluster.namespace,
+                "lifetime": "detached",
+                "get_if_exists": True,
+                "num_cpus": 0,
+                "max_concurrency": _MAX_CONCURRENCY,
+            }
+            actor_class = _actor_class(self._ray, CheckpointHost).options(**options)
+            actor = await anyio.to_thread.run_sync(actor_class.remote)
+            self._job.created.remote(CHECKPOINT_ACTOR)
+            # A new actor starts a worker process (seconds on a busy machine): its first
+            # answer is bounded by connect_timeout, later ones by health_interval.
+            with anyio.move_on_after(self._cluster.connect_timeout):
+                await self._wait(actor.ping.remote(), "checkpoints")
+                self._checkpoints = actor
+            if self._checkpoints is None:
+                raise FailedPreconditionError(
+                    "the job's checkpoint actor did not start within connect_timeout "
+                    f"({self._cluster.connect_timeout:g} s)"
+                )
+        self._checkpoint_count += 1
+        queues = {
+            f"{ACTOR_PREFIX}{container}/{kind}/{name}": queue._actor
+            for (container, kind, name), queue in self._queues.items()
+        }
+        ref = self._checkpoints.arrive.remote(
+            self._checkpoint_count, self.rank, self.world_size, part, queues, timeout
+        )
+        # The actor answers by the timeout; the margin covers the cut itself.
+        limit = None if timeout is None else timeout + 2 * self._cluster.health_interval
+        with anyio.move_on_after(limit):
+            reply = await self._wait(ref, "checkpoints", self._checkpoints)
+            if reply[0] == "ok":
+                return reply[1]
+            if reply[1] == "TimeoutError":
+                raise TimeoutError(reply[2])
+            raise _error(reply[1], reply[2])
+        raise TimeoutError(f"job checkpoint {self._checkpoint_count}: no answer within {limit:g} s")
 
     async def _lease_client(self, queue: RemoteQueue) -> LeaseClient:
         """Register this rank with ``queue``'s actor as one that leases work items."""

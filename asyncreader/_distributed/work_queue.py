@@ -563,3 +563,18 @@ class LeaseBook:
                 rank.watcher.cancel()
         if self._watchdog is not None:
             self._watchdog.cancel()
+
+    # -- job checkpoints (see job_checkpoint) -----------------------------------------------
+
+    def job_leases(self) -> list[Lease]:
+        """Every item a job checkpoint must resume: those given back, then those held."""
+        return [*self._pending, *self._leases.values()]
+
+    def job_restore(
+        self, entries: list[tuple[Any, set[bytes], int, tuple[bytes, int] | None]]
+    ) -> None:
+        """Make each ``(item, acknowledged keys, offset, resume position)`` of a job
+        checkpoint a pending item, resumed as a dead rank's lease is."""
+        for item, consumed, offset, resume in entries:
+            self._pending.append(Lease(item, offset=offset, consumed=consumed, resume=resume))
+        self._notify()

@@ -63,6 +63,7 @@ __all__ = [
     "as_work_item",
     "check_taken_work",
     "current_stage",
+    "decode_trusted",
     "outside_stage",
     "owned_resources",
 ]
@@ -182,6 +183,17 @@ def _unwrap(data: object, key: bytes | None) -> Any:
             "key, or altered since)"
         )
     return inner
+
+
+def decode_trusted(data: bytes, key: object) -> Any:
+    """Return the tree of checkpoint bytes ``data``, checking its signature against
+    ``key`` (a ``checkpoint_key``) as a restore does.
+
+    Raises:
+        InvalidArgumentError: the signature does not fit ``key``, or the bytes are not a
+            checkpoint.
+    """
+    return state_codec.decode(_unwrap(data, _check_key(key)))
 
 
 def as_work_item(element: Any) -> bytes | None:
@@ -357,6 +369,27 @@ class Checkpointer:
                     f"malformed checkpoint of {key!r}: {type(exc).__name__}: {_short(str(exc))}"
                 ) from exc
 
+    def load_components(self, components: dict[str, Any]) -> None:
+        """Restore ``components`` (trusted: taken from a checkpoint already checked) as
+        the components they belong to are built."""
+        self._saved = dict(components)
+
+    def tracked_states(self) -> dict[str, Any]:
+        """Save the states added with ``Session.track_state`` / ``track_rng`` only."""
+        states: dict[str, Any] = {}
+        for key, (ref, save) in list(self._components.items()):
+            obj = ref() if key.startswith("state/") else None
+            if obj is not None:
+                states[key] = save(obj)
+        return states
+
+    def seal(self, tree: Any) -> bytes:
+        """Encode ``tree`` as checkpoint bytes, signed when the session has a key."""
+        data = state_codec.encode(tree)
+        if self._key is None:
+            return data
+        return b"".join([SIGNED_MAGIC, _tag(self._key, data), data])
+
     # -- what a restore may read ---------------------------------------------------------
 
     @property
@@ -471,10 +504,7 @@ class Checkpointer:
             for t in self._stages:
                 if t.go is not None:
                     t.go.set()
-        data = state_codec.encode(tree)
-        if self._key is None:
-            return data
-        return b"".join([SIGNED_MAGIC, _tag(self._key, data), data])
+        return self.seal(tree)
 
     def _needed(self, task: StageTask) -> bool:
         """Whether another stage task is blocked waiting for ``task``'s queue."""

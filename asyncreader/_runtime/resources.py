@@ -114,6 +114,19 @@ class SharedBackend(Protocol):
         """The shared queues' stage statistics (``Session.shared_stage_statistics``)."""
         ...
 
+    def load_job(self, tree: Any) -> dict[str, Any] | None:
+        """Keep the shared queues' parts of a decoded job checkpoint, to restore them as
+        they are looked up; return this rank's part when the job had as many ranks.
+
+        Raises:
+            InvalidArgumentError: ``tree`` is not a job checkpoint, or is malformed.
+        """
+        ...
+
+    async def job_checkpoint(self, part: dict[str, Any], timeout: float | None) -> Any:  # noqa: ASYNC109
+        """Take the job's checkpoint with every other rank; return its tree (collective)."""
+        ...
+
 
 class SharedCluster(Protocol):
     """What a Session needs of its ``cluster=``: a backend for one rank's session."""

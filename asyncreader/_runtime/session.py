@@ -38,7 +38,7 @@ import numpy as np
 
 from .._errors import FailedPreconditionError, InvalidArgumentError
 from . import context, stages
-from .checkpoint import Checkpointable, Checkpointer
+from .checkpoint import Checkpointable, Checkpointer, decode_trusted
 from .coordinator import Coordinator, CoordinatorStatistics
 from .resources import ResourceMgr, SharedBackend, SharedCluster
 
@@ -133,7 +133,9 @@ class Session:
         stop_grace_period: Passed to the session's :class:`Coordinator`: seconds its tasks
             get to end by themselves after a stop request before they are cancelled.
         restore: Bytes from :meth:`checkpoint`: producers, readers, queues, batchers and
-            tracked states built in this session continue from them.
+            tracked states built in this session continue from them. With a ``cluster``:
+            a job checkpoint (any ``world_size``): the shared work queues continue from
+            it once the program has enqueued their items again (see :meth:`checkpoint`).
         deterministic: Run pipelines so that, with the same seeds, the stream does not
             depend on task timing: a restored run then continues exactly as the
             uninterrupted one would. Batchers must use one task (``num_threads=1``, one
@@ -156,8 +158,9 @@ class Session:
             deleted when all of its ranks' sessions have ended.
 
     Raises:
-        InvalidArgumentError: ``restore`` is not a valid checkpoint; its signature is
-            missing, wrong, or present without a ``checkpoint_key``;
+        InvalidArgumentError: ``restore`` is not a valid checkpoint (with a ``cluster``:
+            not a valid job checkpoint); its signature is missing, wrong, or present
+            without a ``checkpoint_key``;
             ``checkpoint_key`` is not non-empty bytes; ``rank`` or ``world_size`` is
             given without a ``cluster``, out of range, or (from the environment) not an
             integer.
@@ -183,11 +186,18 @@ class Session:
     ) -> None:
         self._rank, self._world_size = _ranks(cluster, rank, world_size)
         self._cluster = cluster
-        self._checkpointer = Checkpointer(restore, deterministic, checkpoint_key)
+        local_restore = restore if cluster is None else None
+        self._checkpointer = Checkpointer(local_restore, deterministic, checkpoint_key)
         self.coord = Coordinator(clean_stop_exception_types, stop_grace_period=stop_grace_period)
         backend = (
             None if cluster is None else cluster._session_backend(self._rank, self._world_size)
         )
+        if backend is not None and restore is not None:
+            # A job checkpoint: the shared queues restore in the cluster, this rank's
+            # tracked states here (only when the job had as many ranks).
+            part = backend.load_job(decode_trusted(restore, checkpoint_key))
+            if part is not None:
+                self._checkpointer.load_components(part)
         self._backend: SharedBackend | None = backend
         self.resources = ResourceMgr(backend=backend)
         # id -> weak reference (or the object itself when it cannot be weakly referenced).
@@ -474,8 +484,23 @@ class Session:
         operations. An enqueue op of a :class:`~asyncreader.QueueRunner` should end with
         its one enqueue, as the ops of producers and batchers do.
 
+        In a Session with a ``cluster``, this is the **job checkpoint**, and it is
+        collective: every rank of the job calls it at the same step (after acknowledging
+        that step with :meth:`ack`), and every rank gets the same bytes (save them from
+        one rank). They hold each shared work queue (the items not taken yet, and every
+        leased item with its acknowledged keys and last reported position) and each
+        rank's states added with :meth:`track_state` / :meth:`track_rng`; a rank's local
+        pipeline (readers, buffers, batchers) is not saved: what it had read and not
+        acknowledged is read again after a restore. Give them to
+        ``Session(cluster=..., restore=...)`` with any ``world_size``, and fill the work
+        queue with the same items as before: the remaining stream holds exactly the
+        records not acknowledged at the checkpoint, each once (in another order); with
+        the same ``world_size`` each rank's tracked states are restored too. See the
+        scale-out guide.
+
         Args:
-            timeout: Seconds to wait for the runner tasks to settle (``None``: no limit).
+            timeout: Seconds to wait for the runner tasks to settle (``None``: no limit);
+                in a Session with a cluster, for every rank to call it.
 
         Returns:
             A versioned byte string (no pickle inside), signed when the session has a
@@ -483,21 +508,21 @@ class Session:
 
         Raises:
             TimeoutError: a runner task did not settle in time (it is busy in something
-                other than a queue operation); the message names it.
+                other than a queue operation); the message names it. With a cluster: a
+                rank did not call it within ``timeout`` (every rank that did gets this).
             FailedPreconditionError: the session is closed, or a checkpoint is already
-                being taken.
+                being taken. With a cluster: a rank that had not called it died, a
+                shared queue holds elements that are not work items (examples), or a
+                shared queue's actor failed.
             InvalidArgumentError: a queue holds elements a checkpoint cannot store (an
                 untyped queue's elements must be numbers, strings, bytes, numpy arrays,
                 or lists, tuples and dicts of them).
-            FailedPreconditionError: the session has a ``cluster`` (checkpoints of a
-                job across processes are not available yet).
         """
         self._check_open()
-        if self._cluster is not None:
-            raise FailedPreconditionError(
-                "checkpoints of a Session with a cluster are not available yet: the shared "
-                "queues' state lives outside this process"
-            )
+        if self._backend is not None:
+            part = self._checkpointer.tracked_states()
+            tree = await self._backend.job_checkpoint(part, timeout)
+            return self._checkpointer.seal(tree)
         return await self._checkpointer.checkpoint(timeout, self._describe_stages)
 
     def _describe_stages(self) -> str:
