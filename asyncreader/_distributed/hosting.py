@@ -19,8 +19,8 @@ import os
 from typing import Any
 
 from .._errors import AsyncReaderError
-from .tail import TailPool
 from .job_checkpoint import ItemLog
+from .tail import TailPool
 from .work_queue import LeaseBook
 
 __all__ = ["JobHost", "QueueHost"]
