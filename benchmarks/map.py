@@ -1,7 +1,7 @@
 """ar.map speed: CSV read + decode against tf.data, and the stage's own overhead.
 
-Run: ``python benchmarks/map.py [--scale 1.0] [--dir DIR]`` (with a Python that has
-TensorFlow for the tf.data rows).
+Run: ``python benchmarks/map.py [--scale 1.0] [--dir DIR] [--rounds 5]`` (with a Python
+that has TensorFlow for the tf.data rows).
 
 The script writes a CSV file of ``2,000,000 * scale`` lines (an int, two floats, an int),
 reads it once to warm the page cache, then times, best of three wall-clock runs on asyncio:
@@ -13,7 +13,11 @@ reads it once to warm the page cache, then times, best of three wall-clock runs 
   same decode done in the source itself (on the event loop, no map stage).
 * **Overhead over batches.** The pipeline ``read_batch(1024)`` -> ``decode_csv`` ->
   ``async for`` with and without an ``ar.map(identity, ..., 1)`` stage between the two
-  (``identity`` a plain function, so each batch makes a round trip to a worker thread).
+  (``identity`` a plain function, so each batch makes a round trip to a worker thread),
+  and, as the floor a stage's round trip cannot go below, the same pipeline with one bare
+  ``anyio.to_thread.run_sync(identity, batch)`` in the source. These three run
+  interleaved, ``--rounds`` times each, and are compared by their medians: on a shared
+  machine the load changes from one run to the next by more than the difference measured.
 * **Per-example overhead.** 20,000 single examples (ints) through ``ar.map(identity, ...)``
   (plain function: worker threads; ``num_parallel_calls`` 1 and 4), against a loop of
   ``await anyio.to_thread.run_sync(identity, x)``, the least a thread hop per example
@@ -28,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import statistics
 import sys
 import tempfile
 import time
@@ -83,7 +88,7 @@ async def _csv_map(path: Path, parallel: int, executor: Any) -> int:
     return count
 
 
-async def _csv_inline(path: Path, with_identity_stage: bool) -> int:
+async def _csv_inline(path: Path, with_identity_stage: bool, hop: bool = False) -> int:
     n = 0
     async with ar.Coordinator():
         files = ar.string_input_producer([str(path)], num_epochs=1, shuffle=False)
@@ -92,7 +97,10 @@ async def _csv_inline(path: Path, with_identity_stage: bool) -> int:
         async def decoded() -> list[np.ndarray]:
             return decode(await reader.read_batch(files, BATCH))
 
-        source: Any = decoded
+        async def hopped() -> list[np.ndarray]:
+            return await anyio.to_thread.run_sync(identity, await decoded())
+
+        source: Any = hopped if hop else decoded
         if with_identity_stage:
             source = ar.map(identity, decoded, 1)
         while True:
@@ -158,7 +166,21 @@ def _ratio(reference: float | None, seconds: float) -> str:
     return "-" if reference is None else f"{reference / seconds:.2f}x"
 
 
-def run_all(tmp: Path, scale: float) -> int:
+def interleaved(runs: dict[str, Callable[[], int]], rounds: int, expected: int) -> dict[str, float]:
+    """Median seconds of each run, the runs taking turns (order reversed every round);
+    each must count ``expected`` lines."""
+    names = list(runs)
+    times: dict[str, list[float]] = {name: [] for name in names}
+    for r in range(rounds):
+        for name in names if r % 2 == 0 else names[::-1]:
+            start = time.perf_counter()
+            count = runs[name]()
+            times[name].append(time.perf_counter() - start)
+            assert count == expected, (name, count)
+    return {name: statistics.median(seconds) for name, seconds in times.items()}
+
+
+def run_all(tmp: Path, scale: float, rounds: int = 5) -> int:
     lines = max(100_000, int(2_000_000 * scale) // 100_000 * 100_000)
     path = tmp / "rows.csv"
     csv_file(path, lines)
@@ -183,8 +205,17 @@ def run_all(tmp: Path, scale: float) -> int:
         )
         if parallel == 2:
             map2 = min(map2, seconds)
-    inline = timed("decode in the source (no map)", lambda: anyio.run(_csv_inline, path, False))
-    staged = timed("same + ar.map(identity, 1)", lambda: anyio.run(_csv_inline, path, True))
+    medians = interleaved(
+        {
+            "decode in the source (no map)": lambda: anyio.run(_csv_inline, path, False),
+            "same + ar.map(identity, 1)": lambda: anyio.run(_csv_inline, path, True),
+            "same + to_thread hop (no map)": lambda: anyio.run(_csv_inline, path, False, True),
+        },
+        rounds,
+        lines,
+    )
+    rows.extend((f"{what} (median)", seconds) for what, seconds in medians.items())
+    inline, staged, hopped = medians.values()
     print(f"| {'pipeline':<40} | {'seconds':>8} | {'M lines/s':>9} | tf.data time / ours |")
     print(f"|{'-' * 42}|{'-' * 10}|{'-' * 11}|{'-' * 21}|")
     for what, seconds in rows:
@@ -203,6 +234,11 @@ def run_all(tmp: Path, scale: float) -> int:
     print(
         f"bar: identity stage over {BATCH}-example batches adds {overhead:+.1%} "
         f"({per_batch:.1f} us per batch) (< 5%): {_verdict(ok)}"
+    )
+    hop_batch = (hopped - inline) / (lines / BATCH) * 1e6
+    print(
+        f"     for reference, one bare to_thread hop per batch adds {hopped / inline - 1:+.1%} "
+        f"({hop_batch:.1f} us per batch)"
     )
 
     n = 20_000
@@ -260,11 +296,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--scale", type=float, default=1.0, help="data size factor")
     parser.add_argument("--dir", help="where to write the data (default: a temporary dir)")
+    parser.add_argument(
+        "--rounds", type=int, default=5, help="interleaved runs of the overhead rows (median)"
+    )
     args = parser.parse_args()
     print(f"Python {sys.version.split()[0]}, asyncreader map, asyncio")
     failures = 0
     for tmp in _tmpdir(args.dir):
-        failures = run_all(tmp, args.scale)
+        failures = run_all(tmp, args.scale, args.rounds)
     sys.exit(1 if failures else 0)
 
 
