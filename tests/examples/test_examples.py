@@ -68,7 +68,7 @@ def test_torch_example_trains_a_model_from_tfrecord_files(
 
 
 @pytest.mark.timeout(240)
-def test_ray_example_trains_on_ranks_and_survives_a_killed_rank(tmp_path: Path) -> None:
+def test_ray_example_survives_a_killed_rank_and_restores_with_fewer_ranks(tmp_path: Path) -> None:
     pytest.importorskip("ray", reason='Ray is not installed: pip install "asyncreader[ray]"')
     # Its own process: it starts (and shuts down) a local Ray cluster of its own.
     done = subprocess.run(
@@ -81,9 +81,15 @@ def test_ray_example_trains_on_ranks_and_survives_a_killed_rank(tmp_path: Path) 
     )
     assert done.returncode == 0, done.stderr[-3000:]
     out = done.stdout
-    assert "rank(s) killed mid-epoch: [1]" in out
+    assert "job 1: 3 ranks, rank(s) killed mid-epoch: [1]" in out
     # The other ranks finished the epoch: every record trained on once.
-    assert "records trained on: 1500 of 1500; missing 0, twice 0" in out
+    assert "job 1: records trained on: 1500 of 1500; missing 0, twice 0" in out
+    # The job checkpoint (taken before the kill) restored with 2 ranks: what was
+    # acknowledged before it plus what the new job trained on is every record once.
+    assert "job 2: restored with 2 ranks" in out
+    assert "checkpoint + job 2: records trained on: 1500 of 1500; missing 0, twice 0" in out
+    before = int(out.split(" bytes, ", 1)[1].split()[0])
+    assert 0 < before < 1500  # the checkpoint is mid-epoch
     accuracy = float(out.rsplit("new examples: ", 1)[1].split()[0])
     assert accuracy > 0.9
 
