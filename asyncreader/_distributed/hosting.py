@@ -197,9 +197,20 @@ class QueueHost:
 
     # -- the epoch's tail (see tail) --------------------------------------------------------
 
-    async def tail_wait(self, within: float) -> bool:
-        """Whether the job reached its tail within ``within`` s."""
-        return await self._tail.wait_tail(within)
+    async def tail_wait(self, within: float) -> bool | tuple[Any, ...]:
+        """Whether the job reached its tail within ``within`` s; errors travel as values."""
+        try:
+            return await self._tail.wait_tail(within)
+        except AsyncReaderError as exc:
+            return ("error", type(exc).__name__, str(exc))
+
+    def tail_layout(self, client: str, layout: dict[str, Any]) -> tuple[Any, ...]:
+        """A rank's examples' layout (see :meth:`TailPool.layout`)."""
+        try:
+            self._tail.layout(client, layout)
+        except AsyncReaderError as exc:
+            return ("error", type(exc).__name__, str(exc))
+        return ("ok",)
 
     def tail_join(self, client: str, *args: Any) -> tuple[Any, ...]:
         """A rank enters the tail (see :meth:`TailPool.join`)."""

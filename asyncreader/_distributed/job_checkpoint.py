@@ -18,7 +18,9 @@ make readers read items the program itself names. The queue then holds the items
 taken yet, and every lease (held or given back) becomes a pending item resumed as a dead
 rank's lease is: read again from its last reported position skipping acknowledged keys.
 Ranks' in-flight records (read, not acknowledged) are thus read again, once, whatever the
-number of ranks of the restoring job.
+number of ranks of the restoring job. Records in the epoch's tail pool (see ``tail``) are
+such records too: their leases stay held until another rank acknowledges them, so a
+checkpoint in the tail saves them as leases, and the pool is not saved.
 """
 
 from __future__ import annotations

@@ -126,6 +126,24 @@ def _padded(chunk: _Chunk, size: int, key_index: int | None) -> Comps:
     return comps
 
 
+def _difference(first: str, known: dict[str, Any], client: str, layout: dict[str, Any]) -> str:
+    """Say how ``client``'s examples differ from ``first``'s, naming the component."""
+    what = f"the examples of rank {client.partition('-')[0]} ({layout['batcher']})"
+    than = f"those of rank {first.partition('-')[0]} ({known['batcher']})"
+    if known["structure"] != layout["structure"] or len(known["components"]) != len(
+        layout["components"]
+    ):
+        return f"{what} are {layout['describe']}, {than} {known['describe']}"
+    for (name, dtype, shape), (_, dtype0, shape0) in zip(
+        layout["components"], known["components"], strict=True
+    ):
+        if dtype != dtype0:
+            return f"component {name} of {what} has dtype {dtype}, in {than} {dtype0}"
+        if shape != shape0:
+            return f"component {name} of {what} has shape {shape}, in {than} {shape0}"
+    return f"{what} differ from {than}"  # pragma: no cover - compared equal above
+
+
 class TailPool:
     """The tail's pool of one work queue (the actor side; see the module).
 
@@ -153,6 +171,10 @@ class TailPool:
         self._final_padding: list[int] = []
         self._level = -1  # the count every rank ends with, once decided
         self._changed = asyncio.Event()
+        #: The examples' layout every rank must batch (the first rank's), and why a
+        #: rank's was refused: the pool joins examples along their first dimension only.
+        self._layout: tuple[str, dict[str, Any]] | None = None
+        self._refused: str | None = None
         self.dropped = 0
         self.padded = 0
         book.listeners.append(self._rank_gone)
@@ -173,15 +195,48 @@ class TailPool:
         return True
 
     async def wait_tail(self, within: float) -> bool:
-        """Return ``True`` once the job is in its tail, ``False`` after ``within`` s."""
+        """Return ``True`` once the job is in its tail, ``False`` after ``within`` s.
+
+        Raises:
+            InvalidArgumentError: the ranks' examples have different layouts.
+        """
         deadline = time.monotonic() + within
         while not self.in_tail():
+            self._check_refused()
             if time.monotonic() > deadline:
                 return False
             await asyncio.sleep(_TAIL_CHECK)
         return True
 
     # -- ranks ------------------------------------------------------------------------
+
+    def layout(self, client: str, layout: dict[str, Any]) -> None:
+        """``client``'s batcher batches examples of ``layout`` (at its first batch, long
+        before the tail): the pool can join its examples with every other rank's only
+        if the components, their dtypes and their shapes are the same.
+
+        Raises:
+            InvalidArgumentError: ``layout`` differs from the first rank's (every rank
+                then gets this error from its next call about the tail).
+        """
+        self._check_refused()
+        if self._layout is None:
+            self._layout = (client, layout)
+            return
+        first, known = self._layout
+        if known == layout:
+            return
+        self._refused = f"queue '{self._name}': {_difference(first, known, client, layout)}"
+        self._notify()
+        self._check_refused()
+
+    def _check_refused(self) -> None:
+        if self._refused is not None:
+            raise InvalidArgumentError(
+                f"{self._refused}; the epoch's tail joins every rank's examples into "
+                "batches, so every rank must batch examples of one layout (give shapes=, "
+                "and read batches of a fixed size when a component is a RecordBatch)"
+            )
 
     def join(
         self,
@@ -200,6 +255,7 @@ class TailPool:
                 remainder or world size.
             FailedPreconditionError: ``client`` was declared dead, or is not watched.
         """
+        self._check_refused()
         self._book.check_watched(client)
         self._book.seen(client)
         if self._config is None:
@@ -289,6 +345,7 @@ class TailPool:
         Raises:
             FailedPreconditionError: ``client`` was declared dead or is not in the tail.
         """
+        self._check_refused()
         self._book.check_watched(client)
         member = self._members.get(client)
         if member is None:
@@ -345,6 +402,7 @@ class TailPool:
         generation = member.generation
         deadline = time.monotonic() + _POLL
         while True:
+            self._check_refused()
             self._book.check_watched(client)
             if member.generation != generation or client not in self._members:
                 return ("wait",)  # superseded by a later take of the same rank
@@ -525,6 +583,7 @@ class EqualSteps:
         self._rid = 0
         self._confirm = -1
         self._pusher_error: BaseException | None = None
+        self._laid_out = False
         #: Every example this rank read is in the pool (or was handed out before).
         self.pushed_all = False
         self.padded = 0
@@ -557,6 +616,8 @@ class EqualSteps:
         if self._ended is not None:
             await anyio.lowlevel.checkpoint()
             raise OutOfRangeError(str(self._ended))
+        if not self._laid_out:
+            await self._send_layout()
         if not self._tail.is_set():
             local = await self._local_or_tail()
             if local is not None:
@@ -591,6 +652,29 @@ class EqualSteps:
                     f"dropped, {reply[2]} padded)"
                 )
                 raise OutOfRangeError(str(self._ended))
+
+    async def _send_layout(self) -> None:
+        """Tell the pool the layout of this rank's examples (once, at the first batch):
+        one that cannot be joined with the other ranks' is refused now, not at the
+        epoch's end."""
+        self._laid_out = True
+        batcher = self._batcher
+        queue = batcher._queue
+        structure = batcher._structure
+        if queue is None or structure is None:
+            return  # no example: nothing of this rank reaches the pool
+        names = list(structure.keys) or [str(i) for i in range(structure.size)]
+        components = [
+            (repr(name), np.dtype(dtype).str, list(shape))
+            for name, dtype, shape in zip(names, queue.dtypes, queue.shapes, strict=True)
+        ]
+        layout = {
+            "batcher": batcher._what,
+            "structure": structure.to_state(),
+            "describe": structure.describe(),
+            "components": components,
+        }
+        await self._call("tail_layout", self._backend._client, layout)
 
     async def _local_or_tail(self) -> Comps | None:
         """A local batch, or ``None`` once the tail began (or this rank's input ended)."""

@@ -310,3 +310,88 @@ async def test_equal_steps_stress(
     live = [r for r in range(4) if r != kill]
     acked = () if kill is None else tuple(k for b in outs[kill].batches[:-1] for k in b if k)
     check_job(outs, expected, tail, ledger, drops, remainder, live, acked)
+
+
+async def run_record_batches(
+    root: Path, namespace: str, records: list[int], *, sizes: list[int], delay: float = 0.0
+) -> tuple[list[list[list[bytes]]], list[BaseException | None], list[bytes], dict[bytes, int]]:
+    """Two ranks batching examples that hold a RecordBatch: rank ``r`` reads
+    ``records[r]`` records per example (the component's length); return each rank's
+    batches' keys, its error, every record's key, and the ledger of acks."""
+    paths, every = await write_files(root, sizes)
+    cluster = ar.RayCluster(namespace=namespace)
+    batches: list[list[list[bytes]]] = [[], []]
+    errors: list[BaseException | None] = [None, None]
+    ledger: dict[bytes, int] = {}
+    finished = anyio.Event()
+    looked = anyio.Event()
+
+    async def rank(r: int) -> None:
+        try:
+            async with ar.Session(cluster=cluster, rank=r, world_size=2) as sess:
+                work: Any = ar.FIFOQueue(None, shared_name="files")
+                if r == 0:
+                    await ask(work, "keep_ledger")
+                    await work.enqueue_many(paths)
+                    await work.close()
+                reader = ar.TFRecordReader()
+
+                async def source() -> Any:
+                    got = await reader.read_batch(work, records[r])
+                    return (got.keys(), got)  # each example: its records' keys and values
+
+                batcher = ar.batch(source, 2, remainder="pad")
+                async for keys, _ in batcher:
+                    batches[r].append([bytes(k) for row in keys for k in row])
+                    await anyio.sleep(delay if r == 0 else 0.0)
+                    await sess.ack([bytes(k) for row in keys for k in row if k])
+                if r == 0:
+                    await finished.wait()
+                    ledger.update(await ask(work, "ledger"))
+                    looked.set()
+                else:
+                    finished.set()
+                await looked.wait()
+        except ar.AsyncReaderError as exc:
+            errors[r] = exc
+            finished.set()
+            looked.set()
+
+    with anyio.fail_after(60):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(rank, 0)
+            tg.start_soon(rank, 1)
+    return batches, errors, every, ledger
+
+
+@pytest.mark.both_backends
+async def test_examples_holding_a_record_batch_are_levelled(namespace: str, tmp_path: Path) -> None:
+    # Each example holds four records (a RecordBatch component: its records as strings);
+    # the pool joins such examples like any other, and each record arrives once.
+    batches, errors, every, ledger = await run_record_batches(
+        tmp_path, namespace, [4, 4], sizes=[8, 96, 16, 8], delay=0.02
+    )
+    assert errors == [None, None]
+    assert len(batches[0]) == len(batches[1]) > 0
+    delivered = [k for rank in batches for b in rank for k in b if k]
+    assert sorted(delivered) == sorted(every)
+    assert collections.Counter(ledger) == collections.Counter(delivered)
+
+
+@pytest.mark.both_backends
+async def test_ranks_batching_examples_of_another_layout_are_refused_up_front(
+    namespace: str, tmp_path: Path
+) -> None:
+    # Rank 1's examples hold two records, rank 0's four: the pool could not join them.
+    # Every rank learns it at its first batches, long before the epoch's tail.
+    batches, errors, _, _ = await run_record_batches(
+        tmp_path, namespace, [4, 2], sizes=[64] * 8, delay=0.05
+    )
+    for error in errors:
+        assert isinstance(error, ar.InvalidArgumentError), errors
+        message = str(error)
+        assert "queue 'files': component '0' of the examples of rank" in message
+        assert "[2]" in message
+        assert "[4]" in message
+        assert "one layout" in message
+    assert all(len(b) < 10 for b in batches), [len(b) for b in batches]  # 64 each in all
