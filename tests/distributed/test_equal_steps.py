@@ -222,7 +222,10 @@ def check_job(
     assert padded == sum(outs[r].stats.examples_padded for r in live)
     assert padded == sum(sum(outs[r].padding) for r in live)
     if remainder != "pad":
-        assert padded == 0
+        # Besides "pad", padding only levels a rank that ran too far ahead (documented; a
+        # slow rank on a loaded machine can do it): it uses every example left, so none
+        # is dropped then.
+        assert padded == 0 or tail["dropped"] == 0, (padded, tail)
     assert all(outs[r].stats.remainder_dropped == tail["dropped"] for r in live)
     if remainder == "pad":
         assert tail["dropped"] == 0
