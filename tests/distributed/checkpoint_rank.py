@@ -20,11 +20,17 @@ from __future__ import annotations
 import json
 import random
 import sys
+from pathlib import Path
 from typing import Any
 
 import anyio
 
 import asyncreader as ar
+
+# Run by path: tests/ on sys.path makes the tests' shared helpers importable under the
+# name the test modules give them.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from distributed.shuffled_steps import ShuffledSteps
 
 CHUNK, STEP, BUFFER, STEPS = 8, 5, 20, 4
 
@@ -56,21 +62,10 @@ async def main(
             await out.write_text(json.dumps([k.hex() for k in acked]))
             print("checkpointed", flush=True)
 
-        reader = ar.TFRecordReader()
-        buffer: list[bytes] = []
-        ended = False
         steps = 0
-        while not ended or buffer:
-            if not ended and len(buffer) < BUFFER:
-                try:
-                    keys, _ = await reader.read_up_to(work, CHUNK)
-                except ar.OutOfRangeError:
-                    ended = True
-                else:
-                    buffer += keys
-                continue
-            rng.shuffle(buffer)
-            step, buffer = buffer[:STEP], buffer[STEP:]
+        async for step in ShuffledSteps(
+            ar.TFRecordReader(), work, rng, chunk=CHUNK, step=STEP, buffer=BUFFER
+        ):
             await sess.ack(step)
             acked += step
             steps += 1

@@ -14,11 +14,17 @@ from __future__ import annotations
 import json
 import random
 import sys
+from pathlib import Path
 from typing import Any
 
 import anyio
 
 import asyncreader as ar
+
+# Run by path: tests/ on sys.path makes the tests' shared helpers importable under the
+# name the test modules give them.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from distributed.shuffled_steps import ShuffledSteps
 
 CHUNK, STEP, BUFFER = 16, 8, 40
 
@@ -28,7 +34,7 @@ async def main(
 ) -> None:
     rng = random.Random(seed * 100 + rank)
     cluster = ar.RayCluster(address, namespace, connect_timeout=30.0, lease_timeout=30.0)
-    steps = records = 0
+    steps = 0
     async with ar.Session(cluster=cluster, rank=rank, world_size=world_size) as sess:
         work: Any = ar.FIFOQueue(None, shared_name="files")
         if rank == 0:
@@ -37,26 +43,16 @@ async def main(
             await wait_ref(work._actor.keep_ledger.remote())
             await work.enqueue_many(paths)
             await work.close()
-        reader = ar.TFRecordReader()
-        buffer: list[bytes] = []
-        ended = False
-        while not ended or buffer:
-            if not ended and len(buffer) < BUFFER:
-                try:
-                    keys, _ = await reader.read_up_to(work, CHUNK)
-                except ar.OutOfRangeError:
-                    ended = True
-                else:
-                    buffer += keys
-                    records += len(keys)
-                continue
-            rng.shuffle(buffer)
-            step, buffer = buffer[:STEP], buffer[STEP:]
+        steps_of = ShuffledSteps(
+            ar.TFRecordReader(), work, rng, chunk=CHUNK, step=STEP, buffer=BUFFER
+        )
+        async for step in steps_of:
             await anyio.sleep(0.003)  # the training step
             await sess.ack(step)
             steps += 1
             if steps == 1:
                 print("started", flush=True)
+        records = steps_of.records
     print(json.dumps({"rank": rank, "steps": steps, "records": records}), flush=True)
 
 

@@ -19,12 +19,18 @@ import random
 import signal
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import anyio
 import ray
 
 import asyncreader as ar
+
+# Run by path: tests/ on sys.path makes the tests' shared helpers importable under the
+# name the test modules give them.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from distributed.shuffled_steps import local_keys
 
 CHUNK, STEP, BUFFER = 16, 8, 40
 
@@ -66,20 +72,6 @@ class Rank:
 
     def run(self, namespace: str, rank: int, world_size: int) -> dict[str, int]:
         return anyio.run(read_rank, namespace, rank, world_size)
-
-
-async def local_keys(paths: list[str]) -> list[bytes]:
-    queue = ar.FIFOQueue(None)
-    await queue.enqueue_many(paths)
-    await queue.close()
-    keys: list[bytes] = []
-    async with ar.TFRecordReader() as reader:
-        while True:
-            try:
-                got, _ = await reader.read_up_to(queue, 1000)
-            except ar.OutOfRangeError:
-                return keys
-            keys += got
 
 
 async def main(namespace: str, victim: int, paths: list[str]) -> dict[str, Any]:

@@ -14,6 +14,8 @@ import pytest
 
 import asyncreader as ar
 
+from .shuffled_steps import local_keys
+
 if TYPE_CHECKING:
     from pathlib import Path
 
@@ -33,20 +35,6 @@ async def write_files(root: Path, sizes: list[int]) -> tuple[list[str], list[byt
                 writer.write(f"{f}-{r}".encode())
         paths.append(str(path))
     return paths, await local_keys(paths)
-
-
-async def local_keys(paths: list[str]) -> list[bytes]:
-    queue = ar.FIFOQueue(None)
-    await queue.enqueue_many(paths)
-    await queue.close()
-    keys: list[bytes] = []
-    async with ar.TFRecordReader() as reader:
-        while True:
-            try:
-                got, _ = await reader.read_up_to(queue, 1000)
-            except ar.OutOfRangeError:
-                return keys
-            keys += got
 
 
 def host(queue: Any) -> Any:

@@ -24,7 +24,7 @@ import pytest
 
 import asyncreader as ar
 
-from .test_leases import local_keys
+from .shuffled_steps import local_keys
 
 if TYPE_CHECKING:
     from .conftest import RayEnv
