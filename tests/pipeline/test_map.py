@@ -113,12 +113,18 @@ async def test_unordered_results_come_as_they_finish_and_none_is_lost() -> None:
 
 
 @pytest.mark.both_backends
-async def test_a_plain_fn_runs_on_worker_threads_not_on_the_loop() -> None:
+@pytest.mark.parametrize("inline", ["auto", False])
+async def test_a_plain_fn_runs_on_worker_threads_not_on_the_loop(inline: Any) -> None:
+    # With inline="auto" the first calls (the probe) run on threads all the same.
     loop_thread = threading.get_ident()
+    count = 8 if inline else 200
     with anyio.fail_after(10):
         async with ar.Coordinator():
-            threads = [t async for t in ar.map(lambda _: threading.get_ident(), numbers(8), 2)]
+            stage = ar.map(lambda _: threading.get_ident(), numbers(count), 2, inline=inline)
+            threads = [t async for t in stage]
+    assert len(threads) == count
     assert loop_thread not in threads
+    assert stage.statistics().calls_inline == 0
 
 
 @pytest.mark.both_backends
@@ -178,6 +184,9 @@ def test_bad_arguments_raise_invalid_argument() -> None:
                 ar.map(lambda x: x, counter(1), executor="process")
             with pytest.raises(ar.InvalidArgumentError, match="on_error"):
                 ar.map(negate, counter(1), on_error="ignore")  # type: ignore[call-overload]
+            for inline in ("always", True, 0, None):
+                with pytest.raises(ar.InvalidArgumentError, match="inline must be"):
+                    ar.map(negate, counter(1), inline=inline)  # type: ignore[call-overload]
 
     anyio.run(main)
     with pytest.raises(ar.FailedPreconditionError, match="Coordinator"):
@@ -186,6 +195,188 @@ def test_bad_arguments_raise_invalid_argument() -> None:
 
 async def _map_outside() -> None:
     ar.map(negate, counter(1))
+
+
+# -- inline calls --------------------------------------------------------------------------
+
+
+def spin(seconds: float) -> None:
+    """Run long without a blocking call (a sleep on the loop would trip blockbuster)."""
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        pass
+
+
+def where_called(loop_thread: int, log: list[tuple[int, bool]]) -> Callable[[int], int]:
+    """A cheap fn noting, per example, whether it ran on the event loop's thread."""
+
+    def fn(x: int) -> int:
+        log.append((x, threading.get_ident() == loop_thread))
+        return -x
+
+    return fn
+
+
+@pytest.mark.both_backends
+@pytest.mark.parametrize("parallel", [1, 4])
+async def test_a_cheap_fn_runs_on_the_loop_after_the_probe(parallel: int) -> None:
+    log: list[tuple[int, bool]] = []
+    fn = where_called(threading.get_ident(), log)
+    with anyio.fail_after(10):
+        async with ar.Coordinator():
+            stage = ar.map(fn, numbers(200), parallel)
+            out = [x async for x in stage]
+            stats = stage.statistics()
+    assert out == [-i for i in range(200)]
+    assert sorted(x for x, _ in log) == list(range(200))  # each example called once
+    on_loop = [x for x, inline in log if inline]
+    # The probe: the first calls run on threads; then (barring noise) the rest inline.
+    assert not [x for x in on_loop if x < 8]
+    assert len(on_loop) > 100
+    assert stats.calls_inline == len(on_loop)
+    assert stats.executor == "thread"
+
+
+@pytest.mark.both_backends
+async def test_a_fn_that_turns_slow_goes_back_to_worker_threads() -> None:
+    log: list[tuple[int, bool]] = []
+    loop_thread = threading.get_ident()
+
+    def slow_from_60(x: int) -> int:
+        log.append((x, threading.get_ident() == loop_thread))
+        if x >= 60:
+            spin(0.002)
+        return x
+
+    with anyio.fail_after(10):
+        async with ar.Coordinator():
+            out = [x async for x in ar.map(slow_from_60, numbers(100), 2)]
+    assert out == list(range(100))
+    assert any(inline for x, inline in log if x < 60)
+    # The first slow call may have run inline, held the loop up once; no other did.
+    assert sum(inline for x, inline in log if x >= 60) <= 1
+    assert not any(inline for x, inline in log if x >= 62)
+
+
+@pytest.mark.both_backends
+async def test_a_fn_that_blocks_now_and_then_holds_the_loop_up_once_per_window() -> None:
+    # Every tenth call blocks: after the first inline call that blocked, the stage needs 16
+    # cheap calls in a row before it tries the loop again, which this fn never gives.
+    log: list[tuple[int, bool]] = []
+    loop_thread = threading.get_ident()
+
+    def blocks_every_tenth(x: int) -> int:
+        log.append((x, threading.get_ident() == loop_thread))
+        if x % 10 == 9:
+            spin(0.002)
+        return x
+
+    with anyio.fail_after(20):
+        async with ar.Coordinator():
+            stage = ar.map(blocks_every_tenth, numbers(300), 1)
+            out = [x async for x in stage]
+            stats = stage.statistics()
+    assert out == list(range(300))
+    blocked_on_loop = [x for x, inline in log if inline and x % 10 == 9]
+    assert len(blocked_on_loop) == 1
+    assert 1 <= stats.calls_inline <= 2
+
+
+@pytest.mark.both_backends
+async def test_inline_false_keeps_every_call_on_worker_threads() -> None:
+    log: list[tuple[int, bool]] = []
+    fn = where_called(threading.get_ident(), log)
+    with anyio.fail_after(10):
+        async with ar.Coordinator():
+            stage = ar.map(fn, numbers(100), 1, inline=False)
+            assert [x async for x in stage] == [-i for i in range(100)]
+    assert not any(inline for _, inline in log)
+    assert stage.statistics().calls_inline == 0
+
+
+@pytest.mark.both_backends
+async def test_inline_calls_keep_the_error_policy_and_dead_letters() -> None:
+    def fail_on_multiples_of_50(x: int) -> int:
+        if x % 50 == 49:
+            raise ZeroDivisionError(f"boom {x}")
+        return x
+
+    with anyio.fail_after(10):
+        async with ar.Coordinator():
+            stage = ar.map(fail_on_multiples_of_50, numbers(150), 2, on_error="skip")
+            out = [x async for x in stage]
+            stats = stage.statistics()
+            # The default policy raises in order, naming the example, and goes on.
+            raising = ar.map(fail_on_multiples_of_50, numbers(60), 2)
+            assert [await raising() for _ in range(49)] == list(range(49))
+            with pytest.raises(ar.InvalidArgumentError, match="example 49: ZeroDivisionError"):
+                await raising()
+            assert await raising() == 50
+            assert raising.statistics().calls_inline > 0
+            await raising.aclose()
+    assert out == [x for x in range(150) if x % 50 != 49]
+    assert [d.index for d in stage.dead_letters] == [49, 99, 149]
+    assert stats.calls_inline > 0
+    assert stats.errors_skipped == 3
+
+
+@pytest.mark.both_backends
+async def test_a_checkpoint_mid_stream_of_inline_calls_restores_exactly() -> None:
+    with anyio.fail_after(20):
+        async with ar.Session(deterministic=True) as sess:
+            stage = ar.map(negate, _tracked_numbers(sess, 120), 3)
+            head = [await stage() for _ in range(50)]
+            assert stage.statistics().calls_inline > 0
+            checkpoint = await sess.checkpoint()
+            rest = [x async for x in stage]
+        assert head + rest == [-i for i in range(120)]
+        async with ar.Session(restore=checkpoint, deterministic=True) as sess:
+            stage = ar.map(negate, _tracked_numbers(sess, 120), 3)
+            assert [x async for x in stage] == rest
+
+
+@pytest.mark.both_backends
+async def test_cancelled_takes_of_inline_calls_lose_and_duplicate_nothing() -> None:
+    rng = random.Random(7)
+    out: list[int] = []
+    cancelled = 0
+    with anyio.fail_after(20):
+        async with ar.Coordinator():
+            stage = ar.map(negate, numbers(400), 4)
+            while True:
+                with anyio.move_on_after(rng.random() * 0.0005) as scope:
+                    try:
+                        out.append(await stage())
+                    except ar.OutOfRangeError:
+                        break
+                cancelled += scope.cancelled_caught
+            assert stage.statistics().calls_inline > 0
+    assert out == [-i for i in range(400)]
+
+
+@pytest.mark.both_backends
+async def test_a_stop_while_calls_run_inline_ends_the_stage_promptly() -> None:
+    async def endless() -> AsyncIterator[int]:
+        i = 0
+        while True:
+            await anyio.lowlevel.checkpoint()
+            yield i
+            i += 1
+
+    with anyio.fail_after(5):
+        async with ar.Coordinator() as coord:
+            stage = ar.map(negate, endless(), 2)
+            assert [await stage() for _ in range(100)] == [-i for i in range(100)]
+            assert stage.statistics().calls_inline > 0
+            coord.request_stop()
+            leftover = 0
+            while True:
+                try:
+                    await stage()
+                except ar.OutOfRangeError:
+                    break
+                leftover += 1
+            assert leftover <= 2  # results made before the stop, at most one per slot
 
 
 # -- back-pressure and statistics --------------------------------------------------------
