@@ -13,15 +13,18 @@ reads it once to warm the page cache, then times, best of three wall-clock runs 
   same decode done in the source itself (on the event loop, no map stage).
 * **Overhead over batches.** The pipeline ``read_batch(1024)`` -> ``decode_csv`` ->
   ``async for`` with and without an ``ar.map(identity, ..., 1)`` stage between the two
-  (``identity`` a plain function, so each batch makes a round trip to a worker thread),
-  and, as the floor a stage's round trip cannot go below, the same pipeline with one bare
-  ``anyio.to_thread.run_sync(identity, batch)`` in the source. These three run
-  interleaved, ``--rounds`` times each, and are compared by their medians: on a shared
-  machine the load changes from one run to the next by more than the difference measured.
+  (``identity`` a plain function, which the stage finds cheap and calls inline on the
+  event loop after its first few calls on threads); the same stage with ``inline=False``
+  (a round trip to a worker thread per batch); and, as the floor such a round trip cannot
+  go below, the same pipeline with one bare ``anyio.to_thread.run_sync(identity, batch)``
+  in the source. These four run interleaved, ``--rounds`` times each, and are compared by
+  their medians: on a shared machine the load changes from one run to the next by more
+  than the difference measured.
 * **Per-example overhead.** 20,000 single examples (ints) through ``ar.map(identity, ...)``
-  (plain function: worker threads; ``num_parallel_calls`` 1 and 4), against a loop of
-  ``await anyio.to_thread.run_sync(identity, x)``, the least a thread hop per example
-  costs; and a coroutine ``identity`` (no thread) against a loop that only awaits it.
+  (plain function, ``num_parallel_calls`` 1 and 4; inline, and with ``inline=False`` on
+  worker threads), against a loop of ``await anyio.to_thread.run_sync(identity, x)``, the
+  least a thread hop per example costs; and a coroutine ``identity`` (no thread) against a
+  loop that only awaits it.
 
 Bars (the script exits 1 if one is missed): CSV through ``ar.map(..., 2)`` >= 1.5x tf.data
 (tf.data's time over ours); the identity stage over 1024-example batches adds < 5% to
@@ -88,7 +91,9 @@ async def _csv_map(path: Path, parallel: int, executor: Any) -> int:
     return count
 
 
-async def _csv_inline(path: Path, with_identity_stage: bool, hop: bool = False) -> int:
+async def _csv_inline(
+    path: Path, with_identity_stage: bool, hop: bool = False, inline: Any = "auto"
+) -> int:
     n = 0
     async with ar.Coordinator():
         files = ar.string_input_producer([str(path)], num_epochs=1, shuffle=False)
@@ -102,7 +107,7 @@ async def _csv_inline(path: Path, with_identity_stage: bool, hop: bool = False) 
 
         source: Any = hopped if hop else decoded
         if with_identity_stage:
-            source = ar.map(identity, decoded, 1)
+            source = ar.map(identity, decoded, 1, inline=inline)
         while True:
             try:
                 cols = await source()
@@ -136,14 +141,14 @@ async def _numbers(n: int) -> AsyncIterator[int]:
         yield i
 
 
-async def _per_example_map(n: int, parallel: int, coroutine: bool) -> int:
+async def _per_example_map(n: int, parallel: int, coroutine: bool, inline: Any = "auto") -> int:
     async def aidentity(x: int) -> int:
         return x
 
     fn: Any = aidentity if coroutine else identity
     count = 0
     async with ar.Coordinator():
-        stage = ar.map(fn, _numbers(n), parallel)
+        stage = ar.map(fn, _numbers(n), parallel, inline=inline)
         count = len([x async for x in stage])
     return count
 
@@ -209,18 +214,21 @@ def run_all(tmp: Path, scale: float, rounds: int = 5) -> int:
         {
             "decode in the source (no map)": lambda: anyio.run(_csv_inline, path, False),
             "same + ar.map(identity, 1)": lambda: anyio.run(_csv_inline, path, True),
+            "same + ar.map(identity, 1, inline=False)": lambda: anyio.run(
+                _csv_inline, path, True, False, False
+            ),
             "same + to_thread hop (no map)": lambda: anyio.run(_csv_inline, path, False, True),
         },
         rounds,
         lines,
     )
     rows.extend((f"{what} (median)", seconds) for what, seconds in medians.items())
-    inline, staged, hopped = medians.values()
-    print(f"| {'pipeline':<40} | {'seconds':>8} | {'M lines/s':>9} | tf.data time / ours |")
-    print(f"|{'-' * 42}|{'-' * 10}|{'-' * 11}|{'-' * 21}|")
+    inline, staged, threaded, hopped = medians.values()
+    print(f"| {'pipeline':<47} | {'seconds':>8} | {'M lines/s':>9} | tf.data time / ours |")
+    print(f"|{'-' * 49}|{'-' * 10}|{'-' * 11}|{'-' * 21}|")
     for what, seconds in rows:
         speed = lines / seconds / 1e6
-        print(f"| {what:<40} | {seconds:8.3f} | {speed:9.2f} | {_ratio(tf_s, seconds):>19} |")
+        print(f"| {what:<47} | {seconds:8.3f} | {speed:9.2f} | {_ratio(tf_s, seconds):>19} |")
     if tf_s is not None:
         ok = tf_s / map2 >= 1.5
         failures += not ok
@@ -235,11 +243,14 @@ def run_all(tmp: Path, scale: float, rounds: int = 5) -> int:
         f"bar: identity stage over {BATCH}-example batches adds {overhead:+.1%} "
         f"({per_batch:.1f} us per batch) (< 5%): {_verdict(ok)}"
     )
-    hop_batch = (hopped - inline) / (lines / BATCH) * 1e6
-    print(
-        f"     for reference, one bare to_thread hop per batch adds {hopped / inline - 1:+.1%} "
-        f"({hop_batch:.1f} us per batch)"
-    )
+    for what, seconds in (
+        ("the stage with inline=False", threaded),
+        ("one bare to_thread hop per batch", hopped),
+    ):
+        us = (seconds - inline) / (lines / BATCH) * 1e6
+        print(
+            f"     for reference, {what} adds {seconds / inline - 1:+.1%} ({us:.1f} us per batch)"
+        )
 
     n = 20_000
     print(f"\nPer-example overhead, {n:,} single examples, identity fn")
@@ -260,6 +271,15 @@ def run_all(tmp: Path, scale: float, rounds: int = 5) -> int:
             )
             for p in (1, 4)
         ),
+        *(
+            (
+                "plain fn",
+                f"ar.map(identity, src, {p}, inline=False)",
+                per_example(lambda p=p: anyio.run(_per_example_map, n, p, False, False)),  # type: ignore[misc]
+                to_thread,
+            )
+            for p in (1, 4)
+        ),
         ("async fn", "await identity(x) (loop)", awaited, awaited),
         *(
             (
@@ -271,10 +291,10 @@ def run_all(tmp: Path, scale: float, rounds: int = 5) -> int:
             for p in (1, 4)
         ),
     ]
-    print(f"| {'fn':<8} | {'how':<38} | {'us/example':>10} | {'vs loop':>7} |")
-    print(f"|{'-' * 10}|{'-' * 40}|{'-' * 12}|{'-' * 9}|")
+    print(f"| {'fn':<8} | {'how':<46} | {'us/example':>10} | {'vs loop':>7} |")
+    print(f"|{'-' * 10}|{'-' * 48}|{'-' * 12}|{'-' * 9}|")
     for kind, how, us, ref in results:
-        print(f"| {kind:<8} | {how:<38} | {us:10.2f} | {us / ref:6.2f}x |")
+        print(f"| {kind:<8} | {how:<46} | {us:10.2f} | {us / ref:6.2f}x |")
     return failures
 
 
