@@ -294,6 +294,8 @@ class _Round:
 
     def __init__(self, number: int, world_size: int, deadline: float) -> None:
         self.number = number
+        #: The queues were told which ranks it waits for (and must hear that it ended).
+        self.told = False
         self.world_size = world_size
         self.deadline = deadline
         self.parts: dict[int, Any] = {}
@@ -347,16 +349,16 @@ class CheckpointHost:
     async def _watch(self, number: int, round_: _Round) -> None:
         """Fail the round when a missing rank is dead, or at its deadline."""
         loop = asyncio.get_running_loop()
-        told: set[int] | None = None
+        sent: set[int] | None = None
         while round_.result is None:
             missing = set(range(round_.world_size)) - set(round_.parts)
             if not missing:
                 return
-            if missing != told:
+            if missing != sent:
                 # A missing rank whose reader waits for the arrived ranks' items takes
                 # part from its lease call (see LeaseBook.checkpoint_wanted).
                 self._tell_queues(round_, number, sorted(missing))
-                told = missing
+                round_.told, sent = True, missing
             if loop.time() >= round_.deadline:
                 self._finish(
                     round_,
@@ -424,6 +426,7 @@ class CheckpointHost:
         if round_.result is None:
             round_.result = result
             round_.done.set()
-            self._tell_queues(round_, round_.number, [])
+            if round_.told:
+                self._tell_queues(round_, round_.number, [])
             if round_.watcher is not None and round_.watcher is not asyncio.current_task():
                 round_.watcher.cancel()
