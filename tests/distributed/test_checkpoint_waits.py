@@ -166,6 +166,10 @@ async def test_a_rank_fenced_for_silence_leaves_the_job(
                     delivered += got
                     await loud.ack(got)
             assert sorted(delivered + held[:2]) == sorted(keys)
+            # A checkpoint does not wait for the fenced rank: it fails at once.
+            with anyio.fail_after(10), pytest.raises(ar.FailedPreconditionError) as caught:
+                await loud.checkpoint(timeout=45)
+            assert "rank(s) [1] died" in str(caught.value)
         # Rank 0 left and rank 1 is fenced: the job is deleted, though rank 1's session
         # is still open (it never comes back to leave).
         with anyio.fail_after(20):
