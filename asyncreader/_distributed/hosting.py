@@ -15,13 +15,14 @@ nothing.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 from typing import Any
 
 from .._errors import AsyncReaderError
-from .job_checkpoint import ItemLog
+from .job_checkpoint import CheckpointHost, ItemLog
 from .tail import TailPool
-from .work_queue import LeaseBook
+from .work_queue import JoinCheckpoint, LeaseBook
 
 __all__ = ["JobHost", "QueueHost"]
 
@@ -70,6 +71,7 @@ class QueueHost:
         self._running: dict[tuple[str, int], asyncio.Task[Any]] = {}
         self._in_doubt: dict[tuple[str, int], tuple[Any, bool | None]] = {}
         self._withdrawn: dict[tuple[str, int], None] = {}
+        self._job: Any = None  # the job's registry actor (once a rank registers)
 
     def attach(self, client: str) -> tuple[str, dict[str, object]]:
         """Register a client; return the queue's type name and configuration."""
@@ -106,7 +108,9 @@ class QueueHost:
         """Run ``verb(*args)`` on the queue; errors travel back as values.
 
         Returns:
-            ``("ok", value)``, ``("error", type name, message)`` or ``("withdrawn",)``.
+            ``("ok", value)``, ``("error", type name, message)``, ``("withdrawn",)``, or
+            for a lease ``("checkpoint", number)``: the rank takes part in job
+            checkpoint ``number``, then asks again (see :meth:`LeaseBook.lease`).
         """
         self._confirm(client, confirm)
         self._leases.seen(client)
@@ -139,6 +143,8 @@ class QueueHost:
             return ("withdrawn",)
         finally:
             del self._running[key]
+        if isinstance(value, JoinCheckpoint):
+            return ("checkpoint", value.number)  # nothing handed out
         if hands_out:
             self._in_doubt[key] = (value, None if verb == "lease" else verb != "dequeue")
         return ("ok", value)
@@ -175,13 +181,27 @@ class QueueHost:
 
     # -- leases (see work_queue) -----------------------------------------------------------
 
-    def register(self, client: str, anchor: Any, lease_timeout: float) -> tuple[Any, ...]:
-        """Watch a rank that leases work items (see :meth:`LeaseBook.register`)."""
+    def register(
+        self, client: str, anchor: Any, lease_timeout: float, job: Any = None
+    ) -> tuple[Any, ...]:
+        """Watch a rank that leases work items (see :meth:`LeaseBook.register`); ``job``
+        is the job's registry actor, told when the queue declares a rank dead."""
         try:
             self._leases.register(client, anchor, lease_timeout)
         except AsyncReaderError as exc:
             return ("error", type(exc).__name__, str(exc))
+        if job is not None and self._job is None:
+            self._job = job
+            self._leases.listeners.append(self._tell_job)
         return ("ok", None)
+
+    def _tell_job(self, client: str, died: bool) -> None:
+        """A rank this queue declared dead (its anchor ended, or it was silent for its
+        ``lease_timeout``) has left the job: the registry stops counting on it."""
+        rank = client.partition("-")[0]
+        if died and self._job is not None and rank.isdigit():
+            with contextlib.suppress(Exception):  # the job is being deleted
+                self._job.rank_gone.remote(int(rank))
 
     def ack(
         self,
@@ -268,6 +288,11 @@ class QueueHost:
         except AsyncReaderError as exc:
             return ("error", type(exc).__name__, str(exc))
 
+    def checkpoint_wanted(self, number: int, ranks: list[int]) -> None:
+        """Job checkpoint ``number`` waits for ``ranks`` (see
+        :meth:`LeaseBook.checkpoint_wanted`)."""
+        self._leases.checkpoint_wanted(number, ranks)
+
     def restore_job(self, snapshot: dict[str, Any]) -> tuple[Any, ...]:
         """Restore the queue from its part of a job checkpoint once the program has
         enqueued its items again (see :class:`~.job_checkpoint.ItemLog`)."""
@@ -279,13 +304,15 @@ class QueueHost:
 
 
 class JobHost:
-    """The registry of a job: which ranks are in, and the actors the job created.
+    """The registry of a job: which ranks are in, the actors the job created, and the
+    barrier of its checkpoints (see :class:`~.job_checkpoint.CheckpointHost`).
 
     The sessions of a job's ranks enter and leave it; when every rank of the job has
     entered and all of them have left, the last one out deletes the job's actors. A rank
     that leases work items has an anchor actor (see :mod:`.rank`), which the registry
-    watches too: a rank whose process dies counts as gone, and when the last rank still
-    inside dies, the registry deletes the job's actors and itself.
+    watches too: a rank whose process dies counts as gone, as does one a shared queue
+    fenced for silence (``lease_timeout``), and when the last rank still inside is
+    gone, the registry deletes the job's actors and itself.
     """
 
     def __init__(self, world_size: int, namespace: str) -> None:
@@ -295,6 +322,25 @@ class JobHost:
         self._inside: set[int] = set()
         self._actors: set[str] = set()
         self._watchers: dict[int, asyncio.Task[None]] = {}
+        # The barrier of the job's checkpoints lives here: every rank already reaches
+        # this actor, and a separate one would start a worker process at the first one.
+        self._checkpoints = CheckpointHost()
+
+    async def ping(self) -> None:
+        """Answer (a waiting rank's liveness check)."""
+
+    async def arrive(
+        self,
+        number: int,
+        rank: int,
+        world_size: int,
+        part: Any,
+        queues: dict[str, Any],
+        timeout: float | None,  # noqa: ASYNC109 - the barrier's bound, for every rank
+    ) -> tuple[Any, ...]:
+        """Rank ``rank`` takes the job's ``number``-th checkpoint (see
+        :meth:`CheckpointHost.arrive`)."""
+        return await self._checkpoints.arrive(number, rank, world_size, part, queues, timeout)
 
     def enter(self, rank: int, world_size: int) -> str | None:
         """A rank's session starts; return why it may not (or ``None``)."""
@@ -346,9 +392,15 @@ class JobHost:
                 await asyncio.sleep(1.0)
                 continue
         self._watchers.pop(rank, None)
+        await self.rank_gone(rank)
+
+    async def rank_gone(self, rank: int) -> None:
+        """``rank`` died: its anchor actor ended, or a shared queue fenced it for
+        silence. It has left; when it was the last rank inside, the job is deleted."""
         if rank not in self._inside:
-            return  # it left normally meanwhile
+            return  # it left normally, or is known gone
         self._inside.discard(rank)
+        self._stop_watching(rank)
         if self._over():
             # Nobody is left to delete the job: its own registry does, in a thread
             # (looking actors up and killing them are blocking calls), itself last.

@@ -2,13 +2,23 @@
 
 ``await sess.checkpoint()`` in a Session with a cluster is *collective*: every rank calls
 it at the same step. Each rank first reports its readers' positions (an empty ack), then
-arrives at the job's checkpoint actor with its own part (the states it tracks with
-``Session.track_state`` / ``track_rng``). When the last rank has arrived, and while every
-rank waits there (so no rank acknowledges anything), the actor asks each shared queue's
-actor for its snapshot and returns the whole tree to every rank, which encodes (and signs)
-it: every rank gets the same bytes. A rank that does not arrive within ``timeout`` fails
-the others with :class:`TimeoutError`; a rank known dead (its anchor actor ended) fails
-them at once with :class:`~asyncreader.FailedPreconditionError`.
+arrives at the job's registry actor (which hosts :class:`CheckpointHost`) with its own
+part (the states it tracks with ``Session.track_state`` / ``track_rng``). When the last
+rank has arrived, and while every rank waits there (so no rank acknowledges anything),
+the actor asks each shared queue's actor for its snapshot and returns the whole tree to
+every rank, which encodes (and signs) it: every rank gets the same bytes.
+
+A rank whose acknowledging task waits in a reader for a work item while the queue is
+closed and drained waits for the other ranks' items (they may die and give them back);
+those ranks wait in the checkpoint for it. So while a checkpoint waits, the barrier
+tells the queues' actors which ranks are missing, and such a waiting lease call returns
+to its rank, which takes part from there with its tracked states as they are (see
+``LeaseBook.checkpoint_wanted``) and then waits for work again: its part of the
+checkpoint is a rank waiting for work, which is what a restore of it gives.
+
+A rank that does not arrive within ``timeout`` fails the others with
+:class:`TimeoutError`; a rank known dead (its anchor actor ended) fails them at once with
+:class:`~asyncreader.FailedPreconditionError`.
 
 A work queue's snapshot names no work item: items are *indices* into the sequence of
 items the job enqueued into the queue (:class:`ItemLog`), with the number of those items
@@ -19,31 +29,30 @@ taken yet, and every lease (held or given back) becomes a pending item resumed a
 rank's lease is: read again from its last reported position skipping acknowledged keys.
 Ranks' in-flight records (read, not acknowledged) are thus read again, once, whatever the
 number of ranks of the restoring job. Records in the epoch's tail pool (see ``tail``) are
-such records too: their leases stay held until another rank acknowledges them, so a
-checkpoint in the tail saves them as leases, and the pool is not saved.
+such records too: their leases stay held until another rank acknowledges them (or, when
+their rank is gone, are kept released with their pooled keys), so a checkpoint in the
+tail saves them as leases, and the pool is not saved.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import math
 from typing import TYPE_CHECKING, Any, Final
 
 from .._errors import FailedPreconditionError, InvalidArgumentError
 from .._readers.work import work_item_bytes
-from .cluster import ACTOR_PREFIX
 
 if TYPE_CHECKING:
     from .work_queue import LeaseBook
 
-__all__ = ["CHECKPOINT_ACTOR", "JOB_FORMAT", "CheckpointHost", "ItemLog", "check_job_tree"]
+__all__ = ["JOB_FORMAT", "CheckpointHost", "ItemLog", "check_job_tree"]
 
 #: What a job checkpoint's tree says it is.
 JOB_FORMAT: Final = "asyncreader-job/1"
-#: The name of the job's checkpoint actor in its namespace.
-CHECKPOINT_ACTOR: Final = ACTOR_PREFIX + "checkpoints"
-#: How often the checkpoint actor looks for dead ranks while it waits for the others.
+#: How often the checkpoint barrier looks for dead ranks while it waits for the others.
 _DEATH_POLL: Final = 0.2
 
 
@@ -283,7 +292,10 @@ def _check_snapshot(name: str, snap: Any) -> None:
 class _Round:
     """One collective checkpoint: who arrived, and the outcome."""
 
-    def __init__(self, world_size: int, deadline: float) -> None:
+    def __init__(self, number: int, world_size: int, deadline: float) -> None:
+        self.number = number
+        #: The queues were told which ranks it waits for (and must hear that it ended).
+        self.told = False
         self.world_size = world_size
         self.deadline = deadline
         self.parts: dict[int, Any] = {}
@@ -294,17 +306,13 @@ class _Round:
 
 
 class CheckpointHost:
-    """The job's checkpoint actor: the barrier of a collective checkpoint (see the module).
+    """The barrier of a job's collective checkpoints (see the module).
 
-    One per job (named ``asyncreader:checkpoints`` in the job's namespace, deleted with
-    the job).
+    One per job, inside the job's registry actor (:class:`~.hosting.JobHost`).
     """
 
     def __init__(self) -> None:
         self._rounds: dict[int, _Round] = {}
-
-    async def ping(self) -> None:
-        """Answer (a waiting rank's liveness check)."""
 
     async def arrive(
         self,
@@ -325,7 +333,7 @@ class CheckpointHost:
         limit = math.inf if timeout is None else timeout
         round_ = self._rounds.get(number)
         if round_ is None:
-            round_ = self._rounds[number] = _Round(world_size, loop.time() + limit)
+            round_ = self._rounds[number] = _Round(number, world_size, loop.time() + limit)
             round_.watcher = asyncio.ensure_future(self._watch(number, round_))
             for old in [n for n in self._rounds if n < number - 1]:
                 del self._rounds[old]
@@ -341,10 +349,16 @@ class CheckpointHost:
     async def _watch(self, number: int, round_: _Round) -> None:
         """Fail the round when a missing rank is dead, or at its deadline."""
         loop = asyncio.get_running_loop()
+        sent: set[int] | None = None
         while round_.result is None:
             missing = set(range(round_.world_size)) - set(round_.parts)
             if not missing:
                 return
+            if missing != sent:
+                # A missing rank whose reader waits for the arrived ranks' items takes
+                # part from its lease call (see LeaseBook.checkpoint_wanted).
+                self._tell_queues(round_, number, sorted(missing))
+                round_.told, sent = True, missing
             if loop.time() >= round_.deadline:
                 self._finish(
                     round_,
@@ -402,9 +416,17 @@ class CheckpointHost:
         }
         self._finish(round_, ("ok", tree))
 
+    @staticmethod
+    def _tell_queues(round_: _Round, number: int, missing: list[int]) -> None:
+        for handle in list(round_.queues.values()):
+            with contextlib.suppress(Exception):  # a queue gone is the cut's problem
+                handle.checkpoint_wanted.remote(number, missing)
+
     def _finish(self, round_: _Round, result: tuple[Any, ...]) -> None:
         if round_.result is None:
             round_.result = result
             round_.done.set()
+            if round_.told:
+                self._tell_queues(round_, round_.number, [])
             if round_.watcher is not None and round_.watcher is not asyncio.current_task():
                 round_.watcher.cancel()

@@ -23,7 +23,16 @@ from .._readers.work import LeasedWork, work_item_bytes
 if TYPE_CHECKING:
     from .remote_queue import RayBackend, RemoteQueue
 
-__all__ = ["Anchor", "Heartbeat", "LeaseClient"]
+__all__ = ["Anchor", "CheckpointWanted", "Heartbeat", "LeaseClient"]
+
+
+class CheckpointWanted(Exception):
+    """A lease call's answer: job checkpoint ``number`` waits for this rank, whose
+    reader waits for the other ranks' items (see ``LeaseBook.checkpoint_wanted``)."""
+
+    def __init__(self, number: int) -> None:
+        super().__init__(number)
+        self.number = number
 
 
 class Anchor:
@@ -102,11 +111,17 @@ class LeaseClient:
             held.offset = held.current_offset()
             held.reader = None
             self._finished.append((held.lid, held.offset))
-        try:
-            lid, item, position, skip, base = await self._queue._call("lease", self._finished)
-        except OutOfRangeError:
-            self._finished = []  # the actor recorded them
-            raise
+        while True:
+            try:
+                lid, item, position, skip, base = await self._queue._call("lease", self._finished)
+            except OutOfRangeError:
+                self._finished = []  # the actor recorded them
+                raise
+            except CheckpointWanted as wanted:
+                self._finished = []
+                await self._queue._backend.join_checkpoint(wanted.number)
+                continue  # then wait for work again
+            break
         self._finished = []
         keys = set(skip)
         held = Held(

@@ -23,11 +23,13 @@ from .._runtime.resources import check_shared_config
 from .awaiting import wait_ref
 from .cluster import ACTOR_PREFIX, JOB_ACTOR
 from .hosting import VERBS, JobHost, QueueHost
-from .job_checkpoint import CHECKPOINT_ACTOR, CheckpointHost, check_job_tree
-from .rank import Anchor, Heartbeat, LeaseClient, unknown_keys
+from .job_checkpoint import check_job_tree
+from .rank import Anchor, CheckpointWanted, Heartbeat, LeaseClient, unknown_keys
 from .tail import EqualSteps
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from .._queues.statistics import QueueStatistics
     from .._readers.work import LeasedWork
     from .._runtime.stages import StageStatistics
@@ -75,11 +77,14 @@ class RayBackend:
         self._job: Any = None
         self._anchor: Any = None
         self._heartbeat: Heartbeat | None = None
-        # Job checkpoints: the queues' parts of the one restored, by actor name; the
-        # job's checkpoint actor; how many checkpoints this rank took.
+        # Job checkpoints: the queues' parts of the one restored, by actor name; how
+        # many checkpoints this rank took part in.
         self._restoring: dict[str, Any] = {}
-        self._checkpoints: Any = None
         self._checkpoint_count = 0
+        # This rank's part of a job checkpoint (its tracked states), and the task that
+        # acknowledges its steps (the one that calls checkpoint()).
+        self._part: Callable[[], dict[str, Any]] = dict
+        self._acker: int | None = None
 
     # -- SharedBackend -------------------------------------------------------------------
 
@@ -200,6 +205,7 @@ class RayBackend:
                 was acknowledged before; nothing is recorded then.
             FailedPreconditionError: this rank was declared dead.
         """
+        self._acker = anyio.get_current_task().id
         plans = []
         rest = [key for key in keys if key]  # padded rows of the tail have no key
         for queue in list(self._queues.values()):
@@ -228,6 +234,10 @@ class RayBackend:
                 raise _error(reply[1], reply[2])
             leases.acked(by_lease)
             leases.done(reply[1])
+
+    def part_source(self, source: Callable[[], dict[str, Any]]) -> None:
+        """``source()`` is this rank's part of a job checkpoint (its tracked states)."""
+        self._part = source
 
     def equal_steps(self, batcher: Any, remainder: str) -> EqualSteps | None:
         """The pool giving ``batcher`` as many batches as every other rank, or ``None``
@@ -282,46 +292,53 @@ class RayBackend:
                 "with block"
             )
         await self.ack([])  # report every reader's position: a restore seeks there
-        if self._checkpoints is None:
-            options = {
-                "name": CHECKPOINT_ACTOR,
-                "namespace": self._cluster.namespace,
-                "lifetime": "detached",
-                "get_if_exists": True,
-                "num_cpus": 0,
-                "max_concurrency": _MAX_CONCURRENCY,
-            }
-            actor_class = _actor_class(self._ray, CheckpointHost).options(**options)
-            actor = await anyio.to_thread.run_sync(actor_class.remote)
-            self._job.created.remote(CHECKPOINT_ACTOR)
-            # A new actor starts a worker process (seconds on a busy machine): its first
-            # answer is bounded by connect_timeout, later ones by health_interval.
-            with anyio.move_on_after(self._cluster.connect_timeout):
-                await self._wait(actor.ping.remote(), "checkpoints")
-                self._checkpoints = actor
-            if self._checkpoints is None:
-                raise FailedPreconditionError(
-                    "the job's checkpoint actor did not start within connect_timeout "
-                    f"({self._cluster.connect_timeout:g} s)"
-                )
-        self._checkpoint_count += 1
-        queues = {
-            f"{ACTOR_PREFIX}{container}/{kind}/{name}": queue._actor
-            for (container, kind, name), queue in self._queues.items()
-        }
-        ref = self._checkpoints.arrive.remote(
-            self._checkpoint_count, self.rank, self.world_size, part, queues, timeout
-        )
+        number = self._checkpoint_count = self._checkpoint_count + 1
+        queues = self._queue_actors()
+        ref = self._job.arrive.remote(number, self.rank, self.world_size, part, queues, timeout)
         # The actor answers by the timeout; the margin covers the cut itself.
         limit = None if timeout is None else timeout + 2 * self._cluster.health_interval
         with anyio.move_on_after(limit):
-            reply = await self._wait(ref, "checkpoints", self._checkpoints)
+            reply = await self._wait(ref, "job", self._job)
             if reply[0] == "ok":
                 return reply[1]
             if reply[1] == "TimeoutError":
                 raise TimeoutError(reply[2])
             raise _error(reply[1], reply[2])
-        raise TimeoutError(f"job checkpoint {self._checkpoint_count}: no answer within {limit:g} s")
+        raise TimeoutError(f"job checkpoint {number}: no answer within {limit:g} s")
+
+    def _queue_actors(self) -> dict[str, Any]:
+        """The actors of the shared queues this rank uses, by name (for a checkpoint)."""
+        return {
+            f"{ACTOR_PREFIX}{container}/{kind}/{name}": queue._actor
+            for (container, kind, name), queue in self._queues.items()
+        }
+
+    async def join_checkpoint(self, number: int) -> bool:
+        """Take part in job checkpoint ``number`` from a reader's lease call: the reader
+        waits for the other ranks' items and they wait in the checkpoint for this rank.
+
+        Only when the waiting reader runs in the task that acknowledges this rank's
+        steps (so that task cannot call ``checkpoint()`` itself now); the rank's part is
+        its tracked states as they are. A failed checkpoint fails on the ranks that
+        called it; the reader just waits on.
+
+        Returns:
+            Whether the rank took part.
+
+        Raises:
+            FailedPreconditionError: the job's actor died.
+        """
+        if self._acker is not None and self._acker != anyio.get_current_task().id:
+            return False  # the rank's acknowledging task is free: it calls checkpoint()
+        if number <= self._checkpoint_count:
+            return False  # the rank arrived there already
+        self._checkpoint_count = number
+        queues = self._queue_actors()
+        ref = self._job.arrive.remote(
+            number, self.rank, self.world_size, self._part(), queues, None
+        )
+        reply = await self._wait(ref, "job", self._job)
+        return bool(reply[0] == "ok")
 
     async def _lease_client(self, queue: RemoteQueue) -> LeaseClient:
         """Register this rank with ``queue``'s actor as one that leases work items."""
@@ -332,7 +349,9 @@ class RayBackend:
             # The job's registry watches it too: if this process dies, it has left.
             self._job.watch.remote(self.rank, self._anchor)
         reply = await self._wait(
-            queue._actor.register.remote(self._client, self._anchor, cluster.lease_timeout),
+            queue._actor.register.remote(
+                self._client, self._anchor, cluster.lease_timeout, self._job
+            ),
             queue.name,
             queue._actor,
         )
@@ -595,6 +614,8 @@ class RemoteQueue:
             return reply[1]
         if reply[0] == "withdrawn":  # this process's session let go of the queue meanwhile
             raise self._gone(verb)
+        if reply[0] == "checkpoint":  # a lease: take part in a job checkpoint first
+            raise CheckpointWanted(reply[1])
         raise _error(reply[1], reply[2])
 
     def _gone(self, verb: str) -> AsyncReaderError:

@@ -38,7 +38,7 @@ from .._readers.work import work_item_bytes
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-__all__ = ["LeaseBook"]
+__all__ = ["JoinCheckpoint", "LeaseBook"]
 
 
 def _item_bytes(item: Any) -> bytes | None:
@@ -53,6 +53,14 @@ def _item_bytes(item: Any) -> bytes | None:
 _WATCH_INTERVAL = 1.0
 #: How long a watcher waits before asking again after ActorUnavailableError (node loss).
 _SUSPECT_RETRY = 1.0
+
+
+@dataclasses.dataclass(frozen=True)
+class JoinCheckpoint:
+    """What a lease call returns instead of an item: job checkpoint ``number`` waits for
+    this rank, whose reader waits for work that only the waiting ranks can give back."""
+
+    number: int
 
 
 @dataclasses.dataclass(eq=False)
@@ -117,6 +125,10 @@ class LeaseBook:
         # Leases of ranks that left, by item: records of them in the tail pool are still
         # acknowledged by other ranks.
         self._released: dict[bytes, Lease] = {}
+        # The job checkpoint waiting for ranks (its number and theirs), and the clients
+        # told to take part in it from their lease call.
+        self._wanted: tuple[int, frozenset[int]] | None = None
+        self._joined: set[str] = set()
 
     # -- ranks -------------------------------------------------------------------------
 
@@ -252,14 +264,16 @@ class LeaseBook:
 
     async def lease(
         self, client: str, finished: list[tuple[int, int]]
-    ) -> tuple[int, Any, bytes | None, list[bytes], int]:
+    ) -> tuple[int, Any, bytes | None, list[bytes], int] | JoinCheckpoint:
         """Take the next work item for a reader of ``client`` (the reader's ``dequeue``).
 
         ``finished``: ``(lease id, final offset)`` of the items the rank's readers are
         done with. Items given back by dead ranks come first, then the queue's own.
 
         Returns:
-            ``(lease id, item, position, skip keys, offset of the position)``.
+            ``(lease id, item, position, skip keys, offset of the position)``; or, when
+            the reader waits for other ranks to end their items while a job checkpoint
+            waits for this rank (see :meth:`checkpoint_wanted`), :class:`JoinCheckpoint`.
 
         Raises:
             OutOfRangeError: the queue is closed and empty and no other live rank still
@@ -281,7 +295,7 @@ class LeaseBook:
 
     async def _lease(
         self, client: str, finished: list[tuple[int, int]]
-    ) -> tuple[int, Any, bytes | None, list[bytes], int]:
+    ) -> tuple[int, Any, bytes | None, list[bytes], int] | JoinCheckpoint:
         for lid, offset in finished:
             lease = self._leases.get(lid)
             if lease is not None and lease.client == client:
@@ -306,6 +320,11 @@ class LeaseBook:
                     and not self.others_busy(client)
                 ):
                     raise
+                number = self._join_checkpoint(client)
+                if number is not None:
+                    # The ranks this one waits for wait in a job checkpoint for it: it
+                    # takes part from here (nothing of the queue is being read by it).
+                    return JoinCheckpoint(number)
                 # An item may come back from a rank that dies, or one set aside below
                 # becomes this rank's to read once its other reader is done with it.
                 await changed.wait()
@@ -317,6 +336,34 @@ class LeaseBook:
                     self._notify()
                     continue
                 return self._grant(client, Lease(item))
+
+    def checkpoint_wanted(self, number: int, ranks: list[int]) -> None:
+        """Job checkpoint ``number`` waits for ``ranks`` (none: it is over).
+
+        A reader of one of those ranks waiting at the end of the queue for the other
+        ranks' items then returns :class:`JoinCheckpoint` (once per checkpoint): the
+        others cannot go on before it takes part, so it takes part from there.
+        """
+        wanted = (number, frozenset(ranks)) if ranks else None
+        if wanted == self._wanted:
+            return
+        if wanted is None or self._wanted is None or self._wanted[0] != number:
+            self._joined.clear()
+        self._wanted = wanted
+        self._notify()
+
+    def _join_checkpoint(self, client: str) -> int | None:
+        """The checkpoint ``client``'s waiting reader takes part in, if any (see above)."""
+        wanted = self._wanted
+        if wanted is None or client in self._joined:
+            return None
+        rank = client.partition("-")[0]
+        if not rank.isdigit() or int(rank) not in wanted[1]:
+            return None
+        if any(lease.client == client and lease.reading for lease in self._leases.values()):
+            return None  # another reader of the rank reads on: the rank comes itself
+        self._joined.add(client)
+        return wanted[0]
 
     def _reading_items(self, client: str) -> set[bytes | None]:
         """The items a reader of ``client`` is reading now."""
@@ -567,8 +614,11 @@ class LeaseBook:
     # -- job checkpoints (see job_checkpoint) -----------------------------------------------
 
     def job_leases(self) -> list[Lease]:
-        """Every item a job checkpoint must resume: those given back, then those held."""
-        return [*self._pending, *self._leases.values()]
+        """Every item a job checkpoint must resume: those given back, those held, and
+        those released by ranks gone while records of them wait in the tail pool (the
+        pool is not saved: a restore reads those records again)."""
+        released = [lease for lease in self._released.values() if lease.pooled]
+        return [*self._pending, *self._leases.values(), *released]
 
     def job_restore(
         self, entries: list[tuple[Any, set[bytes], int, tuple[bytes, int] | None]]

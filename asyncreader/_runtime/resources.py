@@ -127,6 +127,11 @@ class SharedBackend(Protocol):
         """Take the job's checkpoint with every other rank; return its tree (collective)."""
         ...
 
+    def part_source(self, source: Callable[[], dict[str, Any]]) -> None:
+        """``source()`` gives this rank's part of a job checkpoint (its tracked states),
+        for a checkpoint it takes part in while its reader waits for work."""
+        ...
+
 
 class SharedCluster(Protocol):
     """What a Session needs of its ``cluster=``: a backend for one rank's session."""

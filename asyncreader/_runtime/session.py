@@ -198,6 +198,8 @@ class Session:
             part = backend.load_job(decode_trusted(restore, checkpoint_key))
             if part is not None:
                 self._checkpointer.load_components(part)
+        if backend is not None:
+            backend.part_source(self._checkpointer.tracked_states)
         self._backend: SharedBackend | None = backend
         self.resources = ResourceMgr(backend=backend)
         # id -> weak reference (or the object itself when it cannot be weakly referenced).
@@ -487,16 +489,17 @@ class Session:
         In a Session with a ``cluster``, this is the **job checkpoint**, and it is
         collective: every rank of the job calls it at the same step (after acknowledging
         that step with :meth:`ack`), and every rank gets the same bytes (save them from
-        one rank). They hold each shared work queue (the items not taken yet, and every
-        leased item with its acknowledged keys and last reported position) and each
-        rank's states added with :meth:`track_state` / :meth:`track_rng`; a rank's local
-        pipeline (readers, buffers, batchers) is not saved: what it had read and not
-        acknowledged is read again after a restore. Give them to
-        ``Session(cluster=..., restore=...)`` with any ``world_size``, and fill the work
-        queue with the same items as before: the remaining stream holds exactly the
-        records not acknowledged at the checkpoint, each once (in another order); with
-        the same ``world_size`` each rank's tracked states are restored too. See the
-        scale-out guide.
+        one rank); a rank whose acknowledging task waits in a reader for work at the
+        epoch's end takes part from there. They hold each shared work queue (the items
+        not taken yet, and every leased item with its acknowledged keys and last
+        reported position) and each rank's states added with :meth:`track_state` /
+        :meth:`track_rng`; a rank's local pipeline (readers, buffers, batchers) is not
+        saved: what it had read and not acknowledged is read again after a restore.
+        Give them to ``Session(cluster=..., restore=...)`` with any ``world_size``, and
+        fill the work queue with the same items as before: the remaining stream holds
+        exactly the records not acknowledged at the checkpoint, each once (in another
+        order); with the same ``world_size`` each rank's tracked states are restored
+        too. See the scale-out guide.
 
         Args:
             timeout: Seconds to wait for the runner tasks to settle (``None``: no limit);

@@ -111,6 +111,9 @@ class FakeBackend:
         self.events.append("job_checkpoint")
         return {"format": "fake", "part": part}
 
+    def part_source(self, source: Any) -> None:
+        pass
+
 
 class FakeCluster:
     def __init__(self) -> None:
