@@ -175,10 +175,12 @@ class QueueHost:
 
     # -- leases (see work_queue) -----------------------------------------------------------
 
-    def register(self, client: str, anchor: Any, lease_timeout: float) -> tuple[Any, ...]:
+    def register(
+        self, client: str, anchor: Any, lease_timeout: float, schedule: int | None = None
+    ) -> tuple[Any, ...]:
         """Watch a rank that leases work items (see :meth:`LeaseBook.register`)."""
         try:
-            self._leases.register(client, anchor, lease_timeout)
+            self._leases.register(client, anchor, lease_timeout, schedule)
         except AsyncReaderError as exc:
             return ("error", type(exc).__name__, str(exc))
         return ("ok", None)
@@ -295,11 +297,24 @@ class JobHost:
         self._inside: set[int] = set()
         self._actors: set[str] = set()
         self._watchers: dict[int, asyncio.Task[None]] = {}
+        self._deterministic: tuple[int, bool] | None = None  # the first rank's, and its mode
 
-    def enter(self, rank: int, world_size: int) -> str | None:
-        """A rank's session starts; return why it may not (or ``None``)."""
+    def enter(self, rank: int, world_size: int, deterministic: bool = False) -> str | None:
+        """A rank's session starts; return why it may not (or ``None``).
+
+        A refusal about the mode starts with ``"deterministic:"`` (an invalid argument:
+        every rank of a job must run in the same mode).
+        """
         if world_size != self._world_size:
             return f"rank {rank} has world_size={world_size}, the job {self._world_size}"
+        if self._deterministic is None:
+            self._deterministic = (rank, deterministic)
+        elif self._deterministic[1] != deterministic:
+            first, mode = self._deterministic
+            return (
+                f"deterministic: rank {rank} has deterministic={deterministic}, rank {first} "
+                f"of the job deterministic={mode}: every rank of a job must run in the same mode"
+            )
         if rank in self._inside:
             return f"rank {rank} of this job is already running"
         self._entered.add(rank)
