@@ -274,3 +274,31 @@ async def test_a_rank_killed_in_a_deterministic_job_loses_and_repeats_nothing(
     job = await run_job(paths, namespace, [0.0, 0.02], remainder="pad", kill=(1, 3))
     check_exactly_once(job, expected)
     assert len(job.acked[1]) == 2 * BATCH  # its third batch was read again by rank 0
+
+
+@pytest.mark.parametrize(
+    "schedule",
+    [
+        {"world_size": 0, "position": 2, "positions": [0]},
+        {"world_size": 2, "position": 2, "positions": [0, 1]},  # one per lease
+        {"world_size": 2, "position": 2, "positions": [2]},  # numbered after the last
+        {"world_size": 2, "position": 2, "positions": ["0"]},
+    ],
+)
+async def test_a_malformed_schedule_in_a_job_checkpoint_is_refused(
+    schedule: dict[str, Any],
+) -> None:
+    from asyncreader._distributed.job_checkpoint import JOB_FORMAT, check_job_tree
+
+    queue = {
+        "total": 3,
+        "digest": b"x" * 32,
+        "queued": [2, 3],
+        "leases": [[0, [], 0, b"", 0]],
+        "schedule": {"world_size": 2, "position": 2, "positions": [1]},
+    }
+    tree = {"format": JOB_FORMAT, "world_size": 1, "queues": {"files": queue}, "ranks": [{}]}
+    assert check_job_tree(tree) is tree  # well formed
+    queue["schedule"] = schedule
+    with pytest.raises(ar.InvalidArgumentError, match=r"malformed job checkpoint.*schedule"):
+        check_job_tree(tree)
