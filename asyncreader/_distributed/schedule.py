@@ -47,6 +47,8 @@ class Schedule:
         }
         #: The queue was seen closed and empty: no item will be numbered any more.
         self.ended = False
+        #: When (``time.monotonic()``) it was first seen so.
+        self.ended_at: float | None = None
         #: Why the schedule was given up (``None``: it holds).
         self.broken: str | None = None
 

@@ -228,6 +228,26 @@ class LeaseBook:
             for client, rank in list(self._ranks.items()):
                 if now - rank.seen > rank.lease_timeout:
                     self.rank_died(client, f"silent for more than {rank.lease_timeout:g} s")
+            self._check_absent(now)
+
+    def _check_absent(self, now: float) -> None:
+        """End a deterministic job's schedule when the queue has ended and, for a
+        ``lease_timeout``, items have waited for a rank that never leased from it (its
+        share would keep the other ranks' last take waiting forever)."""
+        schedule = self.schedule
+        if schedule is None or not schedule.active or schedule.ended_at is None:
+            return
+        timeout = max([r.lease_timeout for r in self._ranks.values()], default=0.0)
+        if now - schedule.ended_at <= timeout:
+            return
+        present = {rank_of(client) for client in self._ranks}
+        absent = [r for r, items in schedule.waiting.items() if items and r not in present]
+        if absent:
+            self._give_up_schedule(
+                f"rank(s) {absent} took no item of their share within {timeout:g} s of "
+                "the queue's end"
+            )
+            self._notify()
 
     def rank_died(self, client: str, why: str) -> None:
         """Fence ``client``; its leases go back to the front of the pending items."""
@@ -406,6 +426,8 @@ class LeaseBook:
                     item = await self._dequeue_unless(changed)
                 except OutOfRangeError:
                     schedule.ended = True
+                    if schedule.ended_at is None:
+                        schedule.ended_at = time.monotonic()
                     item = None
                 finally:
                     self._pulling = False

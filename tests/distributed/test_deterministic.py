@@ -302,3 +302,39 @@ async def test_a_malformed_schedule_in_a_job_checkpoint_is_refused(
     queue["schedule"] = schedule
     with pytest.raises(ar.InvalidArgumentError, match=r"malformed job checkpoint.*schedule"):
         check_job_tree(tree)
+
+
+async def test_a_rank_that_never_takes_its_share_does_not_hang_the_others(
+    ray_env: RayEnv, namespace: str, tmp_path: Path
+) -> None:
+    # Rank 1 joins the job but never reads the shared queue: the items the schedule keeps
+    # for it go to rank 0 a lease_timeout after the queue's end, instead of rank 0's last
+    # read waiting for them forever.
+    paths, keys = await write_files(tmp_path, [5, 6, 7, 8])
+    cluster = ar.RayCluster(namespace=namespace, lease_timeout=1.0)
+    read: list[bytes] = []
+    done = anyio.Event()
+
+    async def rank0() -> None:
+        async with ar.Session(cluster=cluster, rank=0, world_size=2, deterministic=True):
+            work: Any = ar.FIFOQueue(None, shared_name="files")
+            await work.enqueue_many(paths)
+            await work.close()
+            reader = ar.TFRecordReader()
+            while True:
+                try:
+                    got, _ = await reader.read_up_to(work, 4)
+                except ar.OutOfRangeError:
+                    break
+                read.extend(bytes(k) for k in got)
+            done.set()
+
+    async def rank1() -> None:
+        async with ar.Session(cluster=cluster, rank=1, world_size=2, deterministic=True):
+            await done.wait()
+
+    with anyio.fail_after(30):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(rank0)
+            tg.start_soon(rank1)
+    assert sorted(read) == sorted(keys)
