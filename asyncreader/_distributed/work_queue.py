@@ -740,11 +740,22 @@ class LeaseBook:
         schedule = self.schedule
         if schedule is None:
             return None
+        position = schedule.position
+        # Items a restore gave back that no lease took yet keep their numbers only if
+        # they are this schedule's (the restored job had as many ranks).
+        restored = self._restored_schedule
+        foreign: set[int] = set()
+        if restored is not None:
+            position = max(position, restored[1])
+            if restored[0] != schedule.world_size:
+                foreign = {id(lease) for lease in self._pending}
         active = schedule.active
         return {
             "world_size": schedule.world_size,
-            "position": schedule.position,
-            "positions": [lease.position if active else -1 for lease in leases],
+            "position": position,
+            "positions": [
+                lease.position if active and id(lease) not in foreign else -1 for lease in leases
+            ],
         }
 
     def job_restore(

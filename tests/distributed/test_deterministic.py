@@ -338,3 +338,22 @@ async def test_a_rank_that_never_takes_its_share_does_not_hang_the_others(
             tg.start_soon(rank0)
             tg.start_soon(rank1)
     assert sorted(read) == sorted(keys)
+
+
+@pytest.mark.parametrize(("world", "kept_position"), [(2, 3), (3, -1)])
+async def test_a_checkpoint_right_after_a_restore_keeps_the_restored_numbers(
+    world: int, kept_position: int
+) -> None:
+    # Items a restore gave back that no rank took yet: a new checkpoint saves their
+    # numbers (and the next number) when they are this job's schedule's, else none.
+    from asyncreader._distributed.schedule import Schedule
+    from asyncreader._distributed.work_queue import LeaseBook
+
+    book = LeaseBook(None, "files")
+    book.schedule = Schedule(world)
+    book.job_restore(
+        [("/data/a", set(), 0, None)], {"world_size": 2, "position": 5, "positions": [3]}
+    )
+    leases = book.job_leases()
+    saved = book.job_schedule(leases)
+    assert saved == {"world_size": world, "position": 5, "positions": [kept_position]}
