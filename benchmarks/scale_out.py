@@ -26,6 +26,12 @@ a token of this run only), then measures in the same run:
   acknowledged) on a work queue of ``--checkpoint-items`` items; the time of the job's
   first collective ``await sess.checkpoint()``, the best of ``--repeat`` more, and the
   checkpoint's size.
+* **deterministic vs dynamic** (``--sections determ``): two ranks (Sessions of the
+  benchmark's process) read the files through one shared work queue, acknowledging each
+  read of 256 records; rank 1 is slow (``--skew`` s of "training" per read). Records/s of
+  the job, and records per rank, balanced dynamically and with ``deterministic=True``
+  (the fixed schedule: each rank reads half of the files, so the job waits for the slow
+  rank's half).
 
 This machine's cores bound the speed-up: with 2 cores expect none beyond 2 ranks, and the
 Ray processes (GCS, raylet, the queue's actor) share those cores with the ranks.
@@ -311,6 +317,51 @@ async def _checkpoint_cost(
     return times[0], min(times[1:]), len(data)
 
 
+async def _skewed_job(paths: list[str], deterministic: bool, skew: float) -> dict[str, Any]:
+    """Two ranks reading ``paths``, rank 1 sleeping ``skew`` s per read: records/s."""
+    import contextlib
+
+    from asyncreader._runtime import context
+
+    cluster = ar.RayCluster(None, _namespace())
+    made = [
+        ar.Session(cluster=cluster, rank=r, world_size=2, deterministic=deterministic)
+        for r in range(2)
+    ]
+    counts = [0, 0]
+    async with contextlib.AsyncExitStack() as stack:
+        for sess in made:
+            await stack.enter_async_context(sess)
+        works: list[Any] = []
+        for sess in made:
+            token = context._session.set(sess)
+            try:
+                works.append(ar.FIFOQueue(None, shared_name="files"))
+            finally:
+                context._session.reset(token)
+        await works[0].enqueue_many(paths)
+        await works[0].close()
+
+        async def rank(r: int) -> None:
+            reader = ar.TFRecordReader()
+            while True:
+                try:
+                    keys, _ = await reader.read_up_to(works[r], 256)
+                except ar.OutOfRangeError:
+                    return
+                counts[r] += len(keys)
+                if r == 1:
+                    await anyio.sleep(skew)
+                await made[r].ack(keys)
+
+        start = time.perf_counter()
+        async with anyio.create_task_group() as tg:
+            for r in range(2):
+                tg.start_soon(rank, r)
+        seconds = time.perf_counter() - start
+    return {"records_per_s": sum(counts) / seconds, "per_rank": counts}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--files", type=int, default=16)
@@ -322,6 +373,7 @@ def main() -> None:
     parser.add_argument("--checkpoint-ranks", default="1,2,4,8")
     parser.add_argument("--checkpoint-leases", default="1,4", help="leases per rank")
     parser.add_argument("--checkpoint-items", type=int, default=10_000)
+    parser.add_argument("--skew", type=float, default=0.01, help="rank 1's seconds per read")
     args = parser.parse_args()
     sections = set(args.sections.split(","))
     os.environ.update(_RAY_ENV)
@@ -421,6 +473,20 @@ def main() -> None:
                             f"{world:>5}{world * per_rank:>8}{first * 1e3:>10.1f}"
                             f"{seconds * 1e3:>9.1f}{size:>9,}"
                         )
+            if "determ" in sections:
+                print(
+                    f"\ndeterministic vs dynamic: 2 ranks, rank 1 sleeps {args.skew * 1e3:g} ms "
+                    f"per read of 256 records (best of {args.repeat})"
+                )
+                print(f"{'mode':<15}{'records/s':>12}  records per rank")
+                for deterministic in (False, True):
+                    runs = [
+                        anyio.run(_skewed_job, paths, deterministic, args.skew)
+                        for _ in range(args.repeat)
+                    ]
+                    best = max(runs, key=lambda r: r["records_per_s"])
+                    mode = "deterministic" if deterministic else "dynamic"
+                    print(f"{mode:<15}{best['records_per_s']:>12,.0f}  {best['per_rank']}")
         finally:
             ray.shutdown()
 

@@ -154,10 +154,12 @@ class RayCluster:
                 f"{self.connect_timeout:g} s): {exc}"
             ) from None
 
-    def _session_backend(self, rank: int, world_size: int) -> RayBackend:
+    def _session_backend(
+        self, rank: int, world_size: int, *, deterministic: bool = False
+    ) -> RayBackend:
         from .remote_queue import RayBackend
 
-        return RayBackend(self, rank, world_size)
+        return RayBackend(self, rank, world_size, deterministic=deterministic)
 
     # -- the job ---------------------------------------------------------------------------
 

@@ -182,12 +182,17 @@ class QueueHost:
     # -- leases (see work_queue) -----------------------------------------------------------
 
     def register(
-        self, client: str, anchor: Any, lease_timeout: float, job: Any = None
+        self,
+        client: str,
+        anchor: Any,
+        lease_timeout: float,
+        schedule: int | None = None,
+        job: Any = None,
     ) -> tuple[Any, ...]:
         """Watch a rank that leases work items (see :meth:`LeaseBook.register`); ``job``
         is the job's registry actor, told when the queue declares a rank dead."""
         try:
-            self._leases.register(client, anchor, lease_timeout)
+            self._leases.register(client, anchor, lease_timeout, schedule)
         except AsyncReaderError as exc:
             return ("error", type(exc).__name__, str(exc))
         if job is not None and self._job is None:
@@ -322,6 +327,7 @@ class JobHost:
         self._inside: set[int] = set()
         self._actors: set[str] = set()
         self._watchers: dict[int, asyncio.Task[None]] = {}
+        self._deterministic: tuple[int, bool] | None = None  # the first rank's, and its mode
         # The barrier of the job's checkpoints lives here: every rank already reaches
         # this actor, and a separate one would start a worker process at the first one.
         self._checkpoints = CheckpointHost()
@@ -342,10 +348,22 @@ class JobHost:
         :meth:`CheckpointHost.arrive`)."""
         return await self._checkpoints.arrive(number, rank, world_size, part, queues, timeout)
 
-    def enter(self, rank: int, world_size: int) -> str | None:
-        """A rank's session starts; return why it may not (or ``None``)."""
+    def enter(self, rank: int, world_size: int, deterministic: bool = False) -> str | None:
+        """A rank's session starts; return why it may not (or ``None``).
+
+        A refusal about the mode starts with ``"deterministic:"`` (an invalid argument:
+        every rank of a job must run in the same mode).
+        """
         if world_size != self._world_size:
             return f"rank {rank} has world_size={world_size}, the job {self._world_size}"
+        if self._deterministic is None:
+            self._deterministic = (rank, deterministic)
+        elif self._deterministic[1] != deterministic:
+            first, mode = self._deterministic
+            return (
+                f"deterministic: rank {rank} has deterministic={deterministic}, rank {first} "
+                f"of the job deterministic={mode}: every rank of a job must run in the same mode"
+            )
         if rank in self._inside:
             return f"rank {rank} of this job is already running"
         self._entered.add(rank)

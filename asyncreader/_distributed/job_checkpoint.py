@@ -129,7 +129,8 @@ class ItemLog:
         # from its front and a withdrawn dequeue puts its elements back at the front.
         start = total - queue.size()
         leases = []
-        for lease in book.job_leases():
+        held = book.job_leases()
+        for lease in held:
             index = self.first.get(work_item_bytes(lease.item))
             if index is None:  # pragma: no cover - every leased item went through note()
                 raise FailedPreconditionError(
@@ -137,12 +138,16 @@ class ItemLog:
                 )
             position, position_offset = lease.resume if lease.resume is not None else (b"", 0)
             leases.append([index, sorted(lease.consumed), lease.offset, position, position_offset])
-        return {
+        snapshot = {
             "total": total,
             "digest": self.digest.digest(),
             "queued": [start, total],
             "leases": leases,
         }
+        schedule = book.job_schedule(held)
+        if schedule is not None:
+            snapshot["schedule"] = schedule  # a deterministic job: who reads which item
+        return snapshot
 
     # -- restore -----------------------------------------------------------------------
 
@@ -222,7 +227,8 @@ class ItemLog:
             resume = (bytes(position), int(position_offset)) if position else None
             entries.append((values[index], set(consumed), int(offset), resume))
         self.expect, self.restored = None, expect
-        book.job_restore(entries)  # leases first: they were taken before the rest
+        # Leases first: they were taken before the rest.
+        book.job_restore(entries, expect.get("schedule"))
         if stop > start:
             await queue.enqueue_many(list(values[start:stop]))
 
@@ -287,6 +293,16 @@ def _check_snapshot(name: str, snap: Any) -> None:
             raise TypeError(f"{name}: offsets")
         if not isinstance(position, bytes):
             raise TypeError(f"{name}: position")
+    schedule = snap.get("schedule")
+    if schedule is not None:
+        world, after = schedule["world_size"], schedule["position"]
+        positions = schedule["positions"]
+        if not (isinstance(world, int) and world > 0 and isinstance(after, int) and after >= 0):
+            raise ValueError(f"{name}: schedule of {world!r} ranks at item {after!r}")
+        if not isinstance(positions, list) or len(positions) != len(snap["leases"]):
+            raise ValueError(f"{name}: schedule positions")
+        if not all(isinstance(p, int) and -1 <= p < after for p in positions):
+            raise ValueError(f"{name}: schedule position out of range")
 
 
 class _Round:

@@ -15,6 +15,7 @@ from .. import _errors
 from .._errors import (
     AsyncReaderError,
     FailedPreconditionError,
+    InvalidArgumentError,
     OutOfRangeError,
     QueueClosedError,
 )
@@ -67,11 +68,15 @@ class RayBackend:
     the job's last rank out, deletes the job's actors.
     """
 
-    def __init__(self, cluster: RayCluster, rank: int, world_size: int) -> None:
+    def __init__(
+        self, cluster: RayCluster, rank: int, world_size: int, *, deterministic: bool = False
+    ) -> None:
         self._cluster = cluster
         self._ray: Any = cluster._ray
         self.rank = rank
         self.world_size = world_size
+        #: A deterministic job: ranks lease by the fixed schedule, the tail by rank order.
+        self.deterministic = deterministic
         self._client = f"{rank}-{uuid.uuid4().hex}"
         self._queues: dict[tuple[str, str, str], RemoteQueue] = {}
         self._job: Any = None
@@ -105,12 +110,19 @@ class RayBackend:
         job_class = _actor_class(self._ray, JobHost).options(**options)
         job = await anyio.to_thread.run_sync(job_class.remote, self.world_size, cluster.namespace)
         with anyio.move_on_after(cluster.connect_timeout) as joining:
-            refused = await self._wait(job.enter.remote(self.rank, self.world_size), "job")
+            refused = await self._wait(
+                job.enter.remote(self.rank, self.world_size, self.deterministic), "job"
+            )
         if joining.cancelled_caught:
             # The job's actor may still be starting (Ray starts a worker process for it).
             raise FailedPreconditionError(
                 f"cannot join the job in namespace {cluster.namespace!r}: its actor did not "
                 f"answer within connect_timeout ({cluster.connect_timeout:g} s)"
+            )
+        if refused is not None and refused.startswith("deterministic: "):
+            raise InvalidArgumentError(
+                f"cannot join the job in namespace {cluster.namespace!r}: "
+                f"{refused.removeprefix('deterministic: ')}"
             )
         if refused is not None:
             raise FailedPreconditionError(
@@ -350,7 +362,11 @@ class RayBackend:
             self._job.watch.remote(self.rank, self._anchor)
         reply = await self._wait(
             queue._actor.register.remote(
-                self._client, self._anchor, cluster.lease_timeout, self._job
+                self._client,
+                self._anchor,
+                cluster.lease_timeout,
+                self.world_size if self.deterministic else None,
+                self._job,
             ),
             queue.name,
             queue._actor,

@@ -17,6 +17,15 @@ differ by at most one; dropped when there are fewer examples than ranks) or ``"p
 behind at that point (it ran ahead too far for the rest to level it) is levelled with a
 padded batch, in every mode.
 
+In a deterministic job (``Session(deterministic=True)``) the tail does not depend on
+timing either: a rank batches its own share of the items (see :mod:`.schedule`) until
+its input ends, then pushes what is left (less than a batch) to the pool and joins. The
+pool waits for every live rank to have pushed its last example, orders the examples by
+rank and then by the order each rank pushed them, and plans every rank's remaining
+batches at once, in rank order: ranks behind the highest count are levelled first (full
+batches from the pool, else padded), then rounds of one batch per rank, then the
+remainder. Each rank takes its planned batches in order.
+
 No wait is unbounded: a take waits for the pool, the pool for the ranks still pushing,
 and a rank that dies is dropped from the rounds (the lease book's anchor watch or its
 ``lease_timeout``); a batch handed to it and not confirmed by its next take goes back to
@@ -44,6 +53,7 @@ from .._errors import (
     InvalidArgumentError,
     OutOfRangeError,
 )
+from .schedule import rank_of
 
 if TYPE_CHECKING:
     from .remote_queue import RayBackend, RemoteQueue
@@ -68,6 +78,8 @@ class _Chunk:
 
     comps: Comps
     keys: list[bytes] | None
+    #: Where it comes from in a deterministic job: (rank, how many chunks it pushed before).
+    order: tuple[int, int] = (-1, 0)
 
     def __len__(self) -> int:
         return len(self.comps[0])
@@ -94,6 +106,7 @@ class _Member:
     #: The last batch handed out and not confirmed yet.
     in_doubt: _Handed | None = None
     generation: int = 0
+    pushes: int = 0
 
 
 def _concat(chunks: list[_Chunk]) -> _Chunk:
@@ -170,6 +183,8 @@ class TailPool:
         self._final: list[Comps] | None = None  # the last round, one batch per live rank
         self._final_padding: list[int] = []
         self._level = -1  # the count every rank ends with, once decided
+        #: A deterministic job's batches for each rank, planned once all have ended.
+        self._plan: dict[str, collections.deque[tuple[Any, ...]]] | None = None
         self._changed = asyncio.Event()
         #: The examples' layout every rank must batch (the first rank's), and why a
         #: rank's was refused: the pool joins examples along their first dimension only.
@@ -322,6 +337,12 @@ class TailPool:
                     self._drop(handed.real)  # the last round was formed with it
                 else:
                     self._give_back(handed.real)
+        planned = None if self._plan is None else self._plan.pop(client, None)
+        for batch in planned or ():
+            # Its planned batches are never taken: nobody else needs them.
+            self.padded -= batch[2]
+            if batch[4] is not None and len(batch[4]):
+                self._drop(batch[4])
         if member is not None and self._final and member.count < self._level:
             # Its batch of the last round was never taken: nobody else needs it.
             comps, padded = self._final.pop(), self._final_padding.pop()
@@ -355,7 +376,8 @@ class TailPool:
                 # Not read again if the rank dies: the pool delivers them (checked first,
                 # so a refused push marks nothing).
                 self._book.pooled(keys)
-            chunk = _Chunk(comps, keys)
+            chunk = _Chunk(comps, keys, (rank_of(client), member.pushes))
+            member.pushes += 1
             if self._final is not None or self._level >= 0:
                 self._drop(chunk)  # cannot happen while the rank's input runs; be safe
             else:
@@ -388,7 +410,11 @@ class TailPool:
         if member is None:
             raise FailedPreconditionError(f"queue '{self._name}': take before joining the tail")
         handed, member.in_doubt = member.in_doubt, None
-        if handed is not None and handed.rid != confirm:  # the rank never got it
+        if handed is not None and handed.rid != confirm and self._plan is not None:
+            member.count -= 1  # the rank never got it: still its next planned batch
+            batch = ("batch", handed.comps, handed.padded, self._structure, handed.real)
+            self._plan.setdefault(client, collections.deque()).appendleft(batch)
+        elif handed is not None and handed.rid != confirm:  # the rank never got it
             member.count -= 1
             self.padded -= handed.padded
             if self._final is not None:
@@ -429,6 +455,10 @@ class TailPool:
         world = self._config[2]
         if len(self._members) + len(self._gone) >= world:
             return True
+        if self._book.schedule is not None and any(
+            c not in self._members and c not in self._gone for c in self._book.clients()
+        ):
+            return False  # a deterministic job waits for every rank still reading its share
         assert self._tail_since is not None
         return time.monotonic() - self._tail_since > self._grace
 
@@ -436,6 +466,8 @@ class TailPool:
         """What ``client`` gets now: a batch, the end, or ``None`` (wait)."""
         assert self._config is not None
         batch_size, remainder, _ = self._config
+        if self._book.schedule is not None:
+            return self._decide_planned(client, member)
         if self._level >= 0:
             if member.count >= self._level:
                 return ("end", self.dropped, self.padded)
@@ -466,6 +498,56 @@ class TailPool:
             return None
         self._last_round(len(live), batch_size, remainder, high)
         return self._decide(client, member)
+
+    def _decide_planned(self, client: str, member: _Member) -> tuple[Any, ...] | None:
+        """A deterministic job's :meth:`_decide`: the rank's next planned batch."""
+        assert self._config is not None
+        if self._plan is None:
+            if not self._ready() or not all(m.ended for m in self._live()):
+                return None
+            self._make_plan()
+            assert self._plan is not None
+        planned = self._plan.get(client)
+        if planned:
+            return planned.popleft()
+        if member.count < self._level:
+            # It joined after the plan was made (its grace had passed): level it.
+            return self._level_up(self._config[0])
+        return ("end", self.dropped, self.padded)
+
+    def _make_plan(self) -> None:
+        """Plan every live rank's remaining batches at once, in rank order (see the
+        module): nothing in it depends on which rank asked first."""
+        assert self._config is not None
+        batch_size, remainder, _ = self._config
+        order = sorted(self._members, key=rank_of)
+        self._chunks = collections.deque(sorted(self._chunks, key=lambda c: c.order))
+        samples = [w for w in (self._members[c].window for c in order) if w is not None]
+        if samples:
+            self._sample = samples[0]
+        elif self._chunks:
+            self._sample = self._chunks[0]
+        counts = {c: self._members[c].count for c in order}
+        high = max(counts.values())
+        plan: dict[str, collections.deque[tuple[Any, ...]]] = {
+            c: collections.deque() for c in order
+        }
+        for c in order:  # level the ranks behind first
+            for _ in range(high - counts[c]):
+                if self._size >= batch_size:
+                    plan[c].append(self._full(batch_size))
+                else:
+                    plan[c].append(self._level_up(batch_size))
+        while self._size >= batch_size * len(order):  # rounds
+            for c in order:
+                plan[c].append(self._full(batch_size))
+            high += 1
+        self._last_round(len(order), batch_size, remainder, high)
+        assert self._final is not None
+        for c, comps, padded in zip(order, self._final, self._final_padding, strict=False):
+            plan[c].append(("batch", comps, padded, self._structure, self._real(comps, padded)))
+        self._final, self._final_padding = [], []
+        self._plan = plan
 
     def _take_examples(self, n: int) -> _Chunk:
         parts: list[_Chunk] = []
@@ -589,7 +671,10 @@ class EqualSteps:
         self.padded = 0
         self.last_padding = 0
         self.dropped = 0
-        batcher._coord.start_soon(self._watch, name=f"{batcher._what}-tail-watch")
+        if not backend.deterministic:
+            # A deterministic job's tail begins for a rank when its own share is read
+            # (its input ends), whatever the others do.
+            batcher._coord.start_soon(self._watch, name=f"{batcher._what}-tail-watch")
 
     async def _call(self, method: str, *args: Any) -> Any:
         queue = self._queue

@@ -16,7 +16,9 @@ reported position before which every record was acknowledged), skipping the ackn
 keys. Records the dead rank read but had not acknowledged are thus delivered again, once;
 acknowledged ones never.
 
-Fast ranks take more items: a rank asks for the next one when its reader needs it.
+Fast ranks take more items: a rank asks for the next one when its reader needs it. In a
+deterministic job (``Session(deterministic=True)``) they do not: a fixed schedule gives
+each rank every ``world_size``-th item (see :mod:`.schedule`).
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from .._errors import (
     OutOfRangeError,
 )
 from .._readers.work import work_item_bytes
+from .schedule import Schedule, rank_of
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -80,6 +83,8 @@ class Lease:
     resume: tuple[bytes, int] | None = None
     #: Keys of records moved to the epoch's tail pool (another rank acknowledges them).
     pooled: set[bytes] = dataclasses.field(default_factory=set)
+    #: The item's number in a deterministic job's schedule (-1: none).
+    position: int = -1
 
 
 @dataclasses.dataclass(eq=False)
@@ -129,15 +134,38 @@ class LeaseBook:
         # told to take part in it from their lease call.
         self._wanted: tuple[int, frozenset[int]] | None = None
         self._joined: set[str] = set()
+        #: A deterministic job's fixed schedule (``None``: ranks take items dynamically).
+        self.schedule: Schedule | None = None
+        self._pulling = False  # a scheduled lease takes from the queue now
+        # A job checkpoint's schedule, for the items it restores: (world size, next number).
+        self._restored_schedule: tuple[int, int] | None = None
 
     # -- ranks -------------------------------------------------------------------------
 
-    def register(self, client: str, anchor: Any, lease_timeout: float) -> None:
+    def register(
+        self, client: str, anchor: Any, lease_timeout: float, schedule: int | None = None
+    ) -> None:
         """Watch ``client``: its ``anchor`` actor's death, or ``lease_timeout`` of silence,
-        makes it dead."""
+        makes it dead. ``schedule``: the world size of a deterministic job (its ranks
+        lease by the fixed schedule), or ``None``.
+
+        Raises:
+            InvalidArgumentError: ``client`` and the ranks registered before it disagree
+                on deterministic mode or on the world size.
+        """
         self._check_alive(client)
         if client in self._ranks:
             return
+        have = None if self.schedule is None else self.schedule.world_size
+        if self._ranks or self._fenced or self.schedule is not None:
+            if have != schedule:
+                raise InvalidArgumentError(
+                    f"queue '{self._name}': rank {client.partition('-')[0]} leases "
+                    f"{_mode(schedule)}, the job's other ranks {_mode(have)}: every rank "
+                    "of a job must be given the same deterministic= and world_size"
+                )
+        elif schedule is not None:
+            self.schedule = Schedule(schedule)
         rank = self._ranks[client] = Rank(lease_timeout, time.monotonic())
         rank.watcher = asyncio.ensure_future(self._watch_anchor(client, anchor))
         if self._watchdog is None:
@@ -165,13 +193,19 @@ class LeaseBook:
         """Whether a reader of ``client`` waits for a work item now."""
         return client in self._takers
 
+    def clients(self) -> list[str]:
+        """The live ranks registered (their client names)."""
+        return list(self._ranks)
+
     def wake(self) -> None:
         """Readers waiting for an item look again (a rank's state changed)."""
         self._notify()
 
     def pending(self) -> int:
-        """How many items given back by dead ranks wait to be leased again."""
-        return len(self._pending)
+        """How many items given back by dead ranks (or waiting for their rank in a
+        deterministic job) wait to be leased."""
+        held = 0 if self.schedule is None else self.schedule.held_count()
+        return len(self._pending) + held
 
     def _check_alive(self, client: str) -> None:
         why = self._fenced.get(client)
@@ -206,6 +240,26 @@ class LeaseBook:
             for client, rank in list(self._ranks.items()):
                 if now - rank.seen > rank.lease_timeout:
                     self.rank_died(client, f"silent for more than {rank.lease_timeout:g} s")
+            self._check_absent(now)
+
+    def _check_absent(self, now: float) -> None:
+        """End a deterministic job's schedule when the queue has ended and, for a
+        ``lease_timeout``, items have waited for a rank that never leased from it (its
+        share would keep the other ranks' last take waiting forever)."""
+        schedule = self.schedule
+        if schedule is None or not schedule.active or schedule.ended_at is None:
+            return
+        timeout = max([r.lease_timeout for r in self._ranks.values()], default=0.0)
+        if now - schedule.ended_at <= timeout:
+            return
+        present = {rank_of(client) for client in self._ranks}
+        absent = [r for r, items in schedule.waiting.items() if items and r not in present]
+        if absent:
+            self._give_up_schedule(
+                f"rank(s) {absent} took no item of their share within {timeout:g} s of "
+                "the queue's end"
+            )
+            self._notify()
 
     def rank_died(self, client: str, why: str) -> None:
         """Fence ``client``; its leases go back to the front of the pending items."""
@@ -215,6 +269,7 @@ class LeaseBook:
         self._fenced[client] = why
         if rank.watcher is not None and rank.watcher is not asyncio.current_task():
             rank.watcher.cancel()
+        self._give_up_schedule(f"rank {client.partition('-')[0]} died: {why}")
         back = [lease for lease in self._leases.values() if lease.client == client]
         if self.read_out(client):
             for lease in back:
@@ -232,6 +287,12 @@ class LeaseBook:
         rank = self._ranks.pop(client, None)
         if rank is not None and rank.watcher is not None:
             rank.watcher.cancel()
+        schedule = self.schedule
+        if schedule is not None and schedule.active:
+            number = rank_of(client)
+            if not schedule.ended or schedule.waiting.get(number):
+                # Its share is not read: the live ranks read it instead.
+                self._give_up_schedule(f"rank {number} left before its share was read")
         for lease in [lease for lease in self._leases.values() if lease.client == client]:
             self._release(lease)
         for listener in self.listeners:
@@ -254,7 +315,19 @@ class LeaseBook:
     def _give_back(self, lease: Lease) -> None:
         del self._leases[lease.lid]
         lease.client, lease.lid, lease.reading = None, -1, True
-        self._pending.appendleft(lease)
+        schedule = self.schedule
+        if schedule is not None and schedule.active and lease.position >= 0:
+            schedule.place(lease)  # still its rank's next item
+        else:
+            self._pending.appendleft(lease)
+
+    def _give_up_schedule(self, why: str) -> None:
+        """End a deterministic job's schedule: every item waiting for its rank is pending
+        for any live rank (after those a dead rank gives back)."""
+        schedule = self.schedule
+        if schedule is not None and schedule.active:
+            self._pending.extend(schedule.give_up(why))
+            self.events.append((time.time(), "schedule", why, 0))
 
     def _notify(self) -> None:
         self._changed.set()
@@ -304,6 +377,12 @@ class LeaseBook:
                 self._settle(lease)
         if finished:
             self._notify()  # takes waiting at the end see fewer items being read
+        if self.schedule is not None and self.schedule.active:
+            scheduled = await self._take_scheduled(client)
+            if isinstance(scheduled, JoinCheckpoint):
+                return scheduled
+            if scheduled is not None:
+                return self._grant(client, scheduled)
         while True:
             lease = self._next_pending(client)
             if lease is not None:
@@ -364,6 +443,95 @@ class LeaseBook:
             return None  # another reader of the rank reads on: the rank comes itself
         self._joined.add(client)
         return wanted[0]
+
+    async def _take_scheduled(self, client: str) -> Lease | JoinCheckpoint | None:
+        """``client``'s next item by the fixed schedule; ``None`` when the schedule was
+        given up meanwhile (a rank died or left: items are then taken dynamically);
+        :class:`JoinCheckpoint` when its share is read and a job checkpoint waits for it.
+
+        One lease at a time takes items from the queue, so that they are numbered in
+        the queue's order; each goes to its rank's waiting items.
+
+        Raises:
+            OutOfRangeError: the queue is closed and empty, this rank's share is read,
+                and no other live rank could still give an item back.
+        """
+        schedule = self.schedule
+        assert schedule is not None
+        rank = rank_of(client)
+        while schedule.active:
+            self._absorb(schedule)
+            lease = schedule.next_for(rank, self._reading_items(client), _item_bytes)
+            if lease is not None:
+                return lease
+            changed = self._changed
+            if schedule.ended:
+                self._check_share_read(client, rank, schedule)
+                number = self._join_checkpoint(client)
+                if number is not None:
+                    return JoinCheckpoint(number)  # as at the end of a dynamic queue
+                await changed.wait()
+            elif self._pulling:
+                await changed.wait()  # another lease numbers the next item
+            else:
+                self._pulling = True
+                try:
+                    item = await self._dequeue_unless(changed)
+                except OutOfRangeError:
+                    schedule.ended = True
+                    if schedule.ended_at is None:
+                        schedule.ended_at = time.monotonic()
+                    item = None
+                finally:
+                    self._pulling = False
+                    self._notify()
+                if item is not None:
+                    self._absorb(schedule)  # restored items come before the queue's
+                    if schedule.broken is None:  # (a rank may have died meanwhile)
+                        schedule.route(Lease(item))
+                    else:
+                        self._pending.append(Lease(item))
+            self._check_alive(client)
+        return None
+
+    def _check_share_read(self, client: str, rank: int, schedule: Schedule) -> None:
+        """Raise OutOfRangeError when ``client`` has nothing left to wait for (see
+        :meth:`_take_scheduled`); return when it must wait."""
+        if schedule.waiting[rank]:
+            return  # its next item is read by its other reader: wait for it
+        if (
+            self._pending
+            or schedule.others_hold(rank)
+            or any(lease.reading and lease.client != client for lease in self._leases.values())
+            or self.others_busy(client)
+        ):
+            return  # another rank may still die and give its items back
+        raise OutOfRangeError(
+            f"queue '{self._name}' is closed and rank {rank}'s share of its items (every "
+            f"{schedule.world_size}th from item {rank}) is read"
+        )
+
+    def _absorb(self, schedule: Schedule) -> None:
+        """Put the items a job checkpoint restored into the schedule: with as many ranks
+        as the checkpoint's job, each to the rank that had it, at its number; else
+        numbered anew, in the checkpoint's order."""
+        if not self._pending:
+            return
+        restored = self._restored_schedule
+        same = restored is not None and restored[0] == schedule.world_size
+        items = list(self._pending)
+        self._pending.clear()
+        if same:
+            assert restored is not None
+            schedule.position = max(schedule.position, restored[1])
+            for lease in sorted(
+                (lease for lease in items if lease.position >= 0), key=lambda x: x.position
+            ):
+                schedule.waiting[lease.position % schedule.world_size].append(lease)
+        for lease in items:
+            if not same or lease.position < 0:
+                schedule.route(lease)
+        self._restored_schedule = None
 
     def _reading_items(self, client: str) -> set[bytes | None]:
         """The items a reader of ``client`` is reading now."""
@@ -614,17 +782,62 @@ class LeaseBook:
     # -- job checkpoints (see job_checkpoint) -----------------------------------------------
 
     def job_leases(self) -> list[Lease]:
-        """Every item a job checkpoint must resume: those given back, those held, and
-        those released by ranks gone while records of them wait in the tail pool (the
-        pool is not saved: a restore reads those records again)."""
+        """Every item a job checkpoint must resume: those given back, then those held,
+        then (in a deterministic job) those waiting for their rank, then those released
+        by ranks gone while records of them wait in the tail pool (the pool is not saved:
+        a restore reads those records again)."""
+        waiting = [] if self.schedule is None else self.schedule.in_order()
         released = [lease for lease in self._released.values() if lease.pooled]
-        return [*self._pending, *self._leases.values(), *released]
+        return [*self._pending, *self._leases.values(), *waiting, *released]
+
+    def job_schedule(self, leases: list[Lease]) -> dict[str, Any] | None:
+        """A deterministic job's schedule for a job checkpoint of ``leases`` (from
+        :meth:`job_leases`): each one's number (-1: none), and the next number."""
+        schedule = self.schedule
+        if schedule is None:
+            return None
+        position = schedule.position
+        # Items a restore gave back that no lease took yet keep their numbers only if
+        # they are this schedule's (the restored job had as many ranks).
+        restored = self._restored_schedule
+        foreign: set[int] = set()
+        if restored is not None:
+            position = max(position, restored[1])
+            if restored[0] != schedule.world_size:
+                foreign = {id(lease) for lease in self._pending}
+        active = schedule.active
+        return {
+            "world_size": schedule.world_size,
+            "position": position,
+            "positions": [
+                lease.position if active and id(lease) not in foreign else -1 for lease in leases
+            ],
+        }
 
     def job_restore(
-        self, entries: list[tuple[Any, set[bytes], int, tuple[bytes, int] | None]]
+        self,
+        entries: list[tuple[Any, set[bytes], int, tuple[bytes, int] | None]],
+        schedule: dict[str, Any] | None = None,
     ) -> None:
         """Make each ``(item, acknowledged keys, offset, resume position)`` of a job
-        checkpoint a pending item, resumed as a dead rank's lease is."""
-        for item, consumed, offset, resume in entries:
-            self._pending.append(Lease(item, offset=offset, consumed=consumed, resume=resume))
+        checkpoint a pending item, resumed as a dead rank's lease is. ``schedule``
+        (from :meth:`job_schedule`): a deterministic job restored with as many ranks
+        gives each item back to the rank that had it."""
+        positions = [-1] * len(entries)
+        if schedule is not None:
+            positions = [int(p) for p in schedule["positions"]]
+            self._restored_schedule = (int(schedule["world_size"]), int(schedule["position"]))
+        for (item, consumed, offset, resume), position in zip(entries, positions, strict=True):
+            self._pending.append(
+                Lease(item, offset=offset, consumed=consumed, resume=resume, position=position)
+            )
         self._notify()
+
+
+def _mode(world_size: int | None) -> str:
+    """How a rank leases, for messages."""
+    if world_size is None:
+        return "dynamically (deterministic=False)"
+    return (
+        f"by the fixed schedule of a deterministic job of {world_size} ranks (deterministic=True)"
+    )

@@ -136,8 +136,11 @@ class SharedBackend(Protocol):
 class SharedCluster(Protocol):
     """What a Session needs of its ``cluster=``: a backend for one rank's session."""
 
-    def _session_backend(self, rank: int, world_size: int) -> SharedBackend:
-        """Return a new backend for the session of ``rank`` in a job of ``world_size`` ranks."""
+    def _session_backend(
+        self, rank: int, world_size: int, *, deterministic: bool = False
+    ) -> SharedBackend:
+        """Return a new backend for the session of ``rank`` in a job of ``world_size`` ranks
+        (``deterministic``: the session's mode, which every rank of the job shares)."""
         ...
 
 

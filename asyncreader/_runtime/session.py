@@ -141,7 +141,12 @@ class Session:
             uninterrupted one would. Batchers must use one task (``num_threads=1``, one
             source); shuffling producers, queues and batchers need a ``seed``; a shuffle
             batcher hands out a batch only when its queue is full (its
-            ``min_after_dequeue`` becomes ``capacity - batch_size``).
+            ``min_after_dequeue`` becomes ``capacity - batch_size``). With a ``cluster``
+            (every rank of the job must agree, else ``InvalidArgumentError``): no dynamic
+            balance; rank ``r`` leases the work items ``r, r + world_size, ...`` of each
+            shared queue's order, and the epoch's tail is planned in rank order, so each
+            rank's batches do not depend on timing, also after a job checkpoint restored
+            with the same ``world_size`` (see the scale-out guide).
         checkpoint_key: A secret key (bytes) that authenticates checkpoints:
             :meth:`checkpoint` signs what it returns (HMAC-SHA256), and ``restore=``
             must carry a valid signature made with the same key; its content is then
@@ -190,7 +195,11 @@ class Session:
         self._checkpointer = Checkpointer(local_restore, deterministic, checkpoint_key)
         self.coord = Coordinator(clean_stop_exception_types, stop_grace_period=stop_grace_period)
         backend = (
-            None if cluster is None else cluster._session_backend(self._rank, self._world_size)
+            None
+            if cluster is None
+            else cluster._session_backend(
+                self._rank, self._world_size, deterministic=bool(deterministic)
+            )
         )
         if backend is not None and restore is not None:
             # A job checkpoint: the shared queues restore in the cluster, this rank's

@@ -119,7 +119,9 @@ class FakeCluster:
     def __init__(self) -> None:
         self.backends: list[tuple[int, int, FakeBackend]] = []
 
-    def _session_backend(self, rank: int, world_size: int) -> FakeBackend:
+    def _session_backend(
+        self, rank: int, world_size: int, *, deterministic: bool = False
+    ) -> FakeBackend:
         backend = FakeBackend()
         self.backends.append((rank, world_size, backend))
         return backend

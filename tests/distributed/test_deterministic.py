@@ -1,0 +1,359 @@
+"""Deterministic jobs: with the same seeds and rank count, each rank's stream is fixed.
+
+Ranks are Sessions of this process (``deterministic=True``) reading skewed TFRecord
+files from one shared work queue through a filtering batcher. One rank trains slower
+than the other, then the other way round: a dynamically balanced job gives the fast rank
+more files, a deterministic one gives rank ``r`` the items ``r, r + N, ...`` and plans
+the epoch's tail in rank order, so both runs must give every rank the same batches. A
+job checkpoint restored with as many ranks continues each rank's stream exactly; a rank
+that dies breaks the schedule but never exactly-once.
+"""
+
+from __future__ import annotations
+
+import collections
+import functools
+from typing import TYPE_CHECKING, Any
+
+import anyio
+import pytest
+
+import asyncreader as ar
+
+from .test_equal_steps import ask, keep, kept
+from .test_leases import anchor_of, write_files
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from .conftest import RayEnv
+
+pytestmark = [pytest.mark.anyio, pytest.mark.timeout(120)]
+
+BATCH = 8
+SIZES = [30, 60, 25, 31, 9, 27, 40, 12, 18, 22]
+
+
+class Job:
+    """What each rank saw, and the work queue's ledger at the end."""
+
+    def __init__(self, ranks: int) -> None:
+        self.batches: list[list[list[bytes]]] = [[] for _ in range(ranks)]
+        self.acked: list[list[bytes]] = [[] for _ in range(ranks)]
+        self.done = [anyio.Event() for _ in range(ranks)]
+        self.checkpoint: bytes | None = None
+        self.anchor: Any = None
+        self.stopped = anyio.Event()  # the rank to kill stopped acknowledging
+        self.finished = anyio.Event()
+        self.looked = anyio.Event()
+        self.ledger: dict[bytes, int] = {}
+        self.drops: dict[bytes, int] = {}
+        self.tail: Any = None
+
+
+async def run_rank(
+    job: Job,
+    cluster: ar.RayCluster,
+    rank: int,
+    paths: list[str],
+    *,
+    remainder: str,
+    delay: float,
+    shuffle: bool,
+    checkpoint_at: int | None,
+    restore: bytes | None,
+    kill_at: int | None,
+) -> None:
+    try:
+        await steps(
+            job, cluster, rank, paths, remainder, delay, shuffle, checkpoint_at, restore, kill_at
+        )
+    except ar.AsyncReaderError:
+        if kill_at is None:
+            raise  # the killed rank's session ends with what killed it
+
+
+async def steps(
+    job: Job,
+    cluster: ar.RayCluster,
+    rank: int,
+    paths: list[str],
+    remainder: str,
+    delay: float,
+    shuffle: bool,
+    checkpoint_at: int | None,
+    restore: bytes | None,
+    kill_at: int | None,
+) -> None:
+    ranks = len(job.batches)
+    async with ar.Session(
+        cluster=cluster, rank=rank, world_size=ranks, deterministic=True, restore=restore
+    ) as sess:
+        work: Any = ar.FIFOQueue(None, shared_name="files")
+        if rank == 0:
+            await ask(work, "keep_ledger")
+            await work.enqueue_many(paths)
+            await work.close()
+        reader = ar.TFRecordReader()
+
+        async def source() -> Any:
+            return await reader.read_up_to(work, 16)
+
+        common: dict[str, Any] = {
+            "enqueue_many": True,
+            "record_refs": reader,
+            "remainder": remainder,
+        }
+        if shuffle:
+            batcher: Any = ar.maybe_shuffle_batch(source, BATCH, 64, 16, keep, seed=3, **common)
+        else:
+            # A small queue: a slow rank's reader soon waits for its training, as in a
+            # real job (balanced dynamically, the fast rank would take more files).
+            batcher = ar.maybe_batch(source, keep, BATCH, capacity=2 * BATCH, **common)
+        async for keys, _ in batcher:
+            batch = [bytes(k) for k in keys]
+            job.batches[rank].append(batch)
+            await anyio.sleep(delay)  # the training step
+            if kill_at is not None and len(job.batches[rank]) == kill_at:
+                job.anchor = anchor_of(sess)  # dies in its step, unacknowledged
+                job.stopped.set()
+                await job.looked.wait()
+                return
+            await sess.ack([k for k in batch if k])  # padded rows have an empty key
+            job.acked[rank] += [k for k in batch if k]
+            if checkpoint_at is not None and len(job.batches[rank]) == checkpoint_at:
+                job.checkpoint = await sess.checkpoint(timeout=60)
+                job.done[rank].set()
+                return  # the job stops here: a restore goes on
+        job.done[rank].set()
+        if rank == 0:
+            await job.finished.wait()
+            job.ledger = await ask(work, "ledger")
+            job.drops = await ask(work, "drops")
+            job.tail = await ask(work, "tail_status")
+            job.looked.set()
+        await job.looked.wait()  # the job's actors go with the last rank out
+
+
+async def run_job(
+    paths: list[str],
+    namespace: str,
+    delays: list[float],
+    *,
+    remainder: str = "pad",
+    shuffle: bool = False,
+    checkpoint_at: int | None = None,
+    restore: bytes | None = None,
+    kill: tuple[int, int] | None = None,
+) -> Job:
+    """Run a deterministic job of ``len(delays)`` ranks (rank ``r`` sleeps ``delays[r]``
+    per step); ``kill``: (rank, step) whose anchor is killed in that step."""
+    job = Job(len(delays))
+    cluster = ar.RayCluster(namespace=namespace)
+    with anyio.fail_after(90):
+        async with anyio.create_task_group() as tg:
+            for r, delay in enumerate(delays):
+                tg.start_soon(
+                    functools.partial(
+                        run_rank, job, cluster, r, paths, remainder=remainder, delay=delay,
+                        shuffle=shuffle, checkpoint_at=checkpoint_at, restore=restore,
+                        kill_at=kill[1] if kill is not None and kill[0] == r else None,
+                    )
+                )  # fmt: skip
+            if kill is not None:
+                import ray
+
+                await job.stopped.wait()
+                await anyio.to_thread.run_sync(ray.kill, job.anchor)
+            for r, done in enumerate(job.done):
+                if kill is None or r != kill[0]:
+                    await done.wait()
+            if checkpoint_at is None:
+                job.finished.set()
+            else:
+                job.looked.set()
+    return job
+
+
+def check_exactly_once(job: Job, expected: list[bytes]) -> None:
+    """Every kept record acknowledged once, or dropped once by the remainder."""
+    delivered = [k for acked in job.acked for k in acked]
+    dropped = collections.Counter(job.drops)
+    assert sorted(delivered + list(dropped.elements())) == sorted(expected)
+    assert collections.Counter(job.ledger) == collections.Counter(delivered)
+
+
+@pytest.mark.parametrize(
+    ("remainder", "shuffle"),
+    [
+        ("pad", False),
+        pytest.param("smaller", False, marks=pytest.mark.stress),
+        pytest.param("drop", True, marks=pytest.mark.stress),
+    ],
+)
+async def test_per_rank_streams_do_not_depend_on_timing(
+    ray_env: RayEnv, tmp_path: Path, remainder: str, shuffle: bool
+) -> None:
+    paths, _ = await write_files(tmp_path, SIZES)
+    expected = await kept(paths)
+    slow0 = await run_job(
+        paths, ray_env.namespace(), [0.03, 0.0], remainder=remainder, shuffle=shuffle
+    )
+    slow1 = await run_job(
+        paths, ray_env.namespace(), [0.0, 0.03], remainder=remainder, shuffle=shuffle
+    )
+    for job in (slow0, slow1):
+        assert len(job.batches[0]) == len(job.batches[1])  # equal steps
+        check_exactly_once(job, expected)
+    # Each rank's batches, keys in order, are the same in both runs, tail included.
+    assert slow0.batches == slow1.batches
+    assert slow0.tail["padded"] == slow1.tail["padded"]
+    assert slow0.tail["dropped"] == slow1.tail["dropped"]
+    if remainder == "pad":
+        assert slow0.tail["padded"] > 0  # the tail did level and pad: it is covered
+    # Rank r read the files r, r + 2, ... (the schedule): its first batch is of them.
+    for r in range(2):
+        files = {k.partition(b":")[0] for k in slow0.batches[r][0]}
+        assert files <= {p.encode() for p in paths[r::2]}, (r, files)
+
+
+@pytest.mark.stress
+@pytest.mark.both_backends
+async def test_three_ranks_on_both_backends(namespace: str, tmp_path: Path) -> None:
+    paths, _ = await write_files(tmp_path, [12, 60, 9, 33, 20])
+    expected = await kept(paths)
+    job = await run_job(paths, namespace, [0.0, 0.02, 0.0], remainder="smaller")
+    check_exactly_once(job, expected)
+    assert len({len(b) for b in job.batches}) == 1
+    # Rank 1 read files 1 and 4 before the tail: its first batches hold their records.
+    assert {k.partition(b":")[0] for k in job.batches[1][0]} == {paths[1].encode()}
+
+
+async def test_a_restore_with_as_many_ranks_continues_each_rank_exactly(
+    ray_env: RayEnv, tmp_path: Path
+) -> None:
+    paths, _ = await write_files(tmp_path, SIZES)
+    expected = await kept(paths)
+    whole = await run_job(paths, ray_env.namespace(), [0.02, 0.0])
+    before = await run_job(paths, ray_env.namespace(), [0.0, 0.02], checkpoint_at=3)
+    assert before.checkpoint is not None
+    after = await run_job(paths, ray_env.namespace(), [0.02, 0.0], restore=before.checkpoint)
+    for r in range(2):
+        assert before.batches[r] == whole.batches[r][:3]
+        assert after.batches[r] == whole.batches[r][3:], r
+    delivered = [k for job in (before, after) for acked in job.acked for k in acked]
+    dropped = list(collections.Counter(after.drops).elements())
+    assert sorted(delivered + dropped) == sorted(expected)
+
+
+async def test_ranks_of_a_job_must_agree_on_deterministic_mode(
+    ray_env: RayEnv, namespace: str
+) -> None:
+    cluster = ar.RayCluster(namespace=namespace)
+    with anyio.fail_after(30):
+        async with ar.Session(cluster=cluster, rank=0, world_size=2, deterministic=True):
+            other = ar.Session(cluster=cluster, rank=1, world_size=2)
+            with pytest.raises(ar.InvalidArgumentError) as caught:
+                async with other:
+                    pass
+        # Rank 1 never joined: rank 0 leaving alone deletes nothing yet; clean up.
+        await cluster.delete_job()
+    message = str(caught.value)
+    assert "rank 1 has deterministic=False" in message
+    assert "rank 0 of the job deterministic=True" in message
+
+
+@pytest.mark.both_backends
+async def test_a_rank_killed_in_a_deterministic_job_loses_and_repeats_nothing(
+    namespace: str, tmp_path: Path
+) -> None:
+    # Rank 1 dies in its third step, holding leases and items the schedule kept for it:
+    # they go to rank 0, which finishes the epoch alone; every record once.
+    paths, _ = await write_files(tmp_path, SIZES)
+    expected = await kept(paths)
+    job = await run_job(paths, namespace, [0.0, 0.02], remainder="pad", kill=(1, 3))
+    check_exactly_once(job, expected)
+    assert len(job.acked[1]) == 2 * BATCH  # its third batch was read again by rank 0
+
+
+@pytest.mark.parametrize(
+    "schedule",
+    [
+        {"world_size": 0, "position": 2, "positions": [0]},
+        {"world_size": 2, "position": 2, "positions": [0, 1]},  # one per lease
+        {"world_size": 2, "position": 2, "positions": [2]},  # numbered after the last
+        {"world_size": 2, "position": 2, "positions": ["0"]},
+    ],
+)
+async def test_a_malformed_schedule_in_a_job_checkpoint_is_refused(
+    schedule: dict[str, Any],
+) -> None:
+    from asyncreader._distributed.job_checkpoint import JOB_FORMAT, check_job_tree
+
+    queue = {
+        "total": 3,
+        "digest": b"x" * 32,
+        "queued": [2, 3],
+        "leases": [[0, [], 0, b"", 0]],
+        "schedule": {"world_size": 2, "position": 2, "positions": [1]},
+    }
+    tree = {"format": JOB_FORMAT, "world_size": 1, "queues": {"files": queue}, "ranks": [{}]}
+    assert check_job_tree(tree) is tree  # well formed
+    queue["schedule"] = schedule
+    with pytest.raises(ar.InvalidArgumentError, match=r"malformed job checkpoint.*schedule"):
+        check_job_tree(tree)
+
+
+async def test_a_rank_that_never_takes_its_share_does_not_hang_the_others(
+    ray_env: RayEnv, namespace: str, tmp_path: Path
+) -> None:
+    # Rank 1 joins the job but never reads the shared queue: the items the schedule keeps
+    # for it go to rank 0 a lease_timeout after the queue's end, instead of rank 0's last
+    # read waiting for them forever.
+    paths, keys = await write_files(tmp_path, [5, 6, 7, 8])
+    cluster = ar.RayCluster(namespace=namespace, lease_timeout=1.0)
+    read: list[bytes] = []
+    done = anyio.Event()
+
+    async def rank0() -> None:
+        async with ar.Session(cluster=cluster, rank=0, world_size=2, deterministic=True):
+            work: Any = ar.FIFOQueue(None, shared_name="files")
+            await work.enqueue_many(paths)
+            await work.close()
+            reader = ar.TFRecordReader()
+            while True:
+                try:
+                    got, _ = await reader.read_up_to(work, 4)
+                except ar.OutOfRangeError:
+                    break
+                read.extend(bytes(k) for k in got)
+            done.set()
+
+    async def rank1() -> None:
+        async with ar.Session(cluster=cluster, rank=1, world_size=2, deterministic=True):
+            await done.wait()
+
+    with anyio.fail_after(30):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(rank0)
+            tg.start_soon(rank1)
+    assert sorted(read) == sorted(keys)
+
+
+@pytest.mark.parametrize(("world", "kept_position"), [(2, 3), (3, -1)])
+async def test_a_checkpoint_right_after_a_restore_keeps_the_restored_numbers(
+    world: int, kept_position: int
+) -> None:
+    # Items a restore gave back that no rank took yet: a new checkpoint saves their
+    # numbers (and the next number) when they are this job's schedule's, else none.
+    from asyncreader._distributed.schedule import Schedule
+    from asyncreader._distributed.work_queue import LeaseBook
+
+    book = LeaseBook(None, "files")
+    book.schedule = Schedule(world)
+    book.job_restore(
+        [("/data/a", set(), 0, None)], {"world_size": 2, "position": 5, "positions": [3]}
+    )
+    leases = book.job_leases()
+    saved = book.job_schedule(leases)
+    assert saved == {"world_size": world, "position": 5, "positions": [kept_position]}
