@@ -156,14 +156,17 @@ class TableReader(ReaderBase):
             f"ORDER BY {key} LIMIT {self._placeholder(n + 1)}"
         )
 
-    def _params(self, limit: int) -> tuple[str, list[object]]:
+    def _params(self, limit: int, after: int | None = None) -> tuple[str, list[object]]:
+        """The query of the next ``limit`` rows past ``after`` (default: the cursor)."""
         shard = self._shard
         assert shard is not None
+        if after is None:
+            after = self._cursor
         params: list[object] = [b for b in (shard.lo, shard.hi) if b is not None]
-        if self._cursor is not None:
-            params.append(self._cursor)
+        if after is not None:
+            params.append(after)
         params.append(limit)
-        return self._sql(self._cursor is not None), params
+        return self._sql(after is not None), params
 
     def _wants_fetch(self) -> bool:
         return self._pos >= len(self._rows) and not self._exhausted

@@ -9,6 +9,7 @@ connection and the catalog queries is :class:`~asyncreader._readers.database.Tab
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import importlib
 from typing import TYPE_CHECKING, Any, Final
 
@@ -167,6 +168,21 @@ async def postgres_bounds(dsn: str, table: str, key: str) -> tuple[int | None, i
         await _close(conn)
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Ahead:
+    """A chunk read ahead: its query's task, the key it follows, its row limit, and
+    whether it is packed."""
+
+    task: asyncio.Future[Any]
+    after: int
+    limit: int
+    packed: bool
+
+    def matches(self, after: int | None, packed: bool) -> bool:
+        """Whether it is the chunk after key ``after`` in this form."""
+        return self.after == after and self.packed == packed
+
+
 class PostgresReader(TableReader):
     """A reader of the rows of PostgreSQL tables, through asyncpg (asyncio only).
 
@@ -194,6 +210,12 @@ class PostgresReader(TableReader):
     of other types, or a server that refuses the packed query, make the work item fetch
     rows as asyncpg returns them.
 
+    One chunk is read ahead: as soon as a chunk arrives, the query of the next one is
+    sent, and the server runs it while this one is encoded and delivered. It is only
+    fetched, never delivered early: saved state, restore, cancellation and errors are
+    as without it (a failure of the chunk read ahead is raised by the read that needs
+    it), and ``reset()``, a restore or the next work item cancel it on the server.
+
     asyncpg runs on asyncio only: on trio, every read raises
     :class:`~asyncreader.FailedPreconditionError` before taking a work item, so none is
     lost.
@@ -220,6 +242,8 @@ class PostgresReader(TableReader):
     _conn: Any = None
     #: The columns of the current work item in packed form (None: fetched as rows).
     _packed: list[PackedColumn] | None = None
+    #: The next chunk, asked for while the current one is encoded.
+    _ahead: _Ahead | None = None
 
     def __init__(
         self,
@@ -253,6 +277,7 @@ class PostgresReader(TableReader):
     async def on_work_started(self, work: bytes) -> None:
         _require_asyncio(self.display_name)
         shard = TableShard.parse(work)
+        await self._drop_ahead()
         if self._conn is None:
             self._conn = await _connect(self._dsn, work)
         types = await _check_table(
@@ -264,48 +289,101 @@ class PostgresReader(TableReader):
 
     async def read_many(self, n: int) -> ReadManyResult:
         if self._wants_fetch():
-            limit = max(n, self.fetch_rows)
-            sql, params = self._params(limit)
-            shard = self._shard
-            assert shard is not None
-            if self._packed is not None:
-                clause, used = self._where(self._cursor is not None)
-                sql = packed_sql(self._packed, shard.table, shard.key, clause, f"${used + 1}")
-            if self._conn is None:
-                # The connection was lost by an earlier read: the work item goes on, at
-                # the same key, on a new one.
-                self._conn = await _connect(self._dsn, self._work)
-            try:
-                rows = await self._fetch_chunk(shard.table, sql, params)
-            except DataLossError:
-                if self._packed is None or self._conn is None:
-                    raise
-                # The server refused the packed form (a chunk's column beyond its 1 GB
-                # limit, say) but the connection is fine: this work item fetches rows.
-                self._packed = None
-                sql, params = self._params(limit)
-                rows = await self._fetch_chunk(shard.table, sql, params)
-            if self._packed is None:
-                self._fetched(rows, limit)
-            else:
-                try:
-                    keys, columns = unpack(
-                        rows[0] if len(rows) == 1 else (),
-                        self._packed,
-                        limit,
-                        shard.lo,
-                        shard.hi,
-                        self._cursor,
-                    )
-                except Malformed as exc:
-                    after = "" if self._cursor is None else f" after key {self._cursor}"
-                    raise self._error(
-                        DataLossError,
-                        f"malformed reply for the rows{after}: {exc}",
-                        record=self._cursor,
-                    ) from None
-                self._fetched_columns(keys, columns, limit)
+            await self._fetch_next(max(n, self.fetch_rows))
         return self._take(n)
+
+    async def _fetch_next(self, limit: int) -> None:
+        """Fetch the chunk after the cursor (the one read ahead, if it is), and ask for the
+        one after it before this one is encoded."""
+        shard = self._shard
+        assert shard is not None
+        ahead, self._ahead = self._ahead, None
+        rows: Any
+        try:
+            if ahead is not None and ahead.matches(self._cursor, self._packed is not None):
+                limit = ahead.limit
+                rows = await ahead.task
+            else:
+                if ahead is not None:
+                    self._ahead = ahead
+                    await self._drop_ahead()
+                if self._conn is None:
+                    # The connection was lost by an earlier read: the work item goes on,
+                    # at the same key, on a new one.
+                    self._conn = await _connect(self._dsn, self._work)
+                rows = await self._fetch_chunk(shard.table, *self._chunk_query(limit, self._cursor))
+        except DataLossError:
+            if self._packed is None or self._conn is None:
+                raise
+            # The server refused the packed form (a chunk's column beyond its 1 GB
+            # limit, say) but the connection is fine: this work item fetches rows.
+            self._packed = None
+            rows = await self._fetch_chunk(shard.table, *self._params(limit))
+        if self._packed is None:
+            self._fetched(rows, limit)
+            last = rows[-1][-1] if rows else None
+        else:
+            try:
+                keys, columns = unpack(
+                    rows[0] if len(rows) == 1 else (),
+                    self._packed,
+                    limit,
+                    shard.lo,
+                    shard.hi,
+                    self._cursor,
+                )
+            except Malformed as exc:
+                after = "" if self._cursor is None else f" after key {self._cursor}"
+                raise self._error(
+                    DataLossError,
+                    f"malformed reply for the rows{after}: {exc}",
+                    record=self._cursor,
+                ) from None
+            self._fetched_columns(keys, columns, limit)
+            last = keys[-1] if keys else None
+        if not self._exhausted and last is not None and self._conn is not None:
+            await self._read_ahead(limit, last)
+
+    def _chunk_query(self, limit: int, after: int | None) -> tuple[str, list[object]]:
+        """The SQL and parameters of the ``limit`` rows after key ``after``."""
+        sql, params = self._params(limit, after)
+        shard = self._shard
+        if self._packed is not None and shard is not None:
+            clause, used = self._where(after is not None)
+            sql = packed_sql(self._packed, shard.table, shard.key, clause, f"${used + 1}")
+        return sql, params
+
+    async def _read_ahead(self, limit: int, after: int) -> None:
+        """Send the query of the chunk after key ``after``, so that the server works on it
+        while the client encodes the current one (the connection runs one query at a
+        time: every other use of it drops this one first)."""
+        shard = self._shard
+        assert shard is not None
+        task = asyncio.ensure_future(
+            self._fetch_chunk(shard.table, *self._chunk_query(limit, after))
+        )
+        self._ahead = _Ahead(task, after, limit, self._packed is not None)
+        # One turn of the loop lets the task send the query (asyncpg writes it before
+        # its first wait); a cancellation here leaves the fetched chunk undelivered.
+        await asyncio.sleep(0)
+
+    async def _drop_ahead(self) -> None:
+        """Cancel the chunk read ahead, if any, and wait for the connection to be free
+        (closing it if the server does not answer in time)."""
+        ahead, self._ahead = self._ahead, None
+        if ahead is None:
+            return
+        task = ahead.task
+        if not task.done():
+            task.cancel()
+            with anyio.CancelScope(shield=True), anyio.move_on_after(_CLOSE_TIMEOUT):
+                await asyncio.wait({task})
+        if not task.done():
+            conn, self._conn = self._conn, None
+            if conn is not None:
+                await _close(conn)
+        elif not task.cancelled():
+            task.exception()  # a failure of a chunk no one reads is not reported
 
     async def _fetch_chunk(self, table: str, sql: str, params: list[object]) -> Any:
         try:
@@ -319,12 +397,15 @@ class PostgresReader(TableReader):
         return one_record(await self.read_many(1))
 
     async def restore_extra(self, extra: bytes) -> None:
+        await self._drop_ahead()
         self._restore_cursor(extra)
 
     async def on_work_finished(self) -> None:
+        await self._drop_ahead()
         self._reset_item()  # the connection stays open for the next work item
 
     async def reset_state(self) -> None:
+        await self._drop_ahead()
         self._reset_item()
         conn, self._conn = self._conn, None
         if conn is not None:

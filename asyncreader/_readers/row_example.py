@@ -78,13 +78,16 @@ def _varint(value: int) -> bytes:
 
 def _varints(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The minimal protobuf varints of ``int64`` ``values`` (negative ones as their 64-bit
-    two's complement) as a ``(len(values), 10)`` ``uint8`` matrix, and each one's length."""
+    two's complement) as a ``(len(values), width)`` ``uint8`` matrix, ``width`` the longest
+    one's length (at least 1), and each one's length."""
     unsigned = values.view(np.uint64)
     lengths = np.searchsorted(_VARINT_LIMITS, unsigned, side="right") + 1
-    matrix = (unsigned[:, None] >> _SHIFTS).astype(np.uint8)
+    # Only as many 7-bit groups as the longest varint has: small numbers are the rule.
+    width = int(lengths.max()) if len(lengths) else 1
+    matrix = (unsigned[:, None] >> _SHIFTS[:width]).astype(np.uint8)
     matrix &= 0x7F
     # Every group but a varint's last has its continuation bit.
-    matrix[:, :9] |= ((lengths - 1)[:, None] > _GROUPS).view(np.uint8) << 7
+    matrix[:, : width - 1] |= ((lengths - 1)[:, None] > _GROUPS[: width - 1]).view(np.uint8) << 7
     return matrix, lengths
 
 
@@ -509,9 +512,10 @@ def _join_slots(slots: list[_Slot], n: int) -> tuple[np.ndarray, np.ndarray, np.
     """The ``n`` records whose entries ``slots`` hold (heads and values, column after
     column) as a buffer of Examples back to back, with each one's start and length."""
     body = sum(slot.lengths for slot in slots)
-    prefix = np.empty((n, 11), dtype=np.uint8)
+    digits, prefix_len = _varints(np.asarray(body, dtype=np.int64))
+    prefix = np.empty((n, 1 + digits.shape[1]), dtype=np.uint8)
     prefix[:, 0] = 0x0A
-    prefix[:, 1:], prefix_len = _varints(np.asarray(body, dtype=np.int64))
+    prefix[:, 1:] = digits
     slots.insert(0, _Slot(prefix, prefix_len + 1))
     record_len = body + slots[0].lengths
     offsets = np.cumsum(record_len) - record_len
@@ -519,14 +523,21 @@ def _join_slots(slots: list[_Slot], n: int) -> tuple[np.ndarray, np.ndarray, np.
     widths = [slot.width() for slot in slots]
     if n * sum(widths) <= _PADDING * used:
         # Padded rows, then the padding dropped: plain copies and one mask, byte-wide.
-        padded = np.empty((n, sum(widths)), dtype=np.uint8)
-        keep = np.empty(padded.shape, dtype=bool)
+        total = sum(widths)
+        padded = np.empty((n, total), dtype=np.uint8)
         at = 0
         for slot, width in zip(slots, widths):  # noqa: B905
             padded[:, at : at + width] = slot.matrix()
-            keep[:, at : at + width] = np.arange(width) < slot.lengths[:, None]
             at += width
-        return padded[keep], offsets, record_len
+        if used == n * total:
+            return padded.reshape(-1), offsets, record_len  # no padding anywhere
+        # Which bytes count, in one comparison: each padded byte's place in its slot
+        # against its row's length of that slot (narrow integers: less to compare).
+        small = np.int16 if max(widths) < 1 << 15 else np.int64
+        place = np.concatenate([np.arange(width, dtype=small) for width in widths])
+        slot_of = np.repeat(np.arange(len(slots)), widths)
+        lengths = np.stack([slot.lengths for slot in slots], axis=1).astype(small)
+        return padded[place < lengths[:, slot_of]], offsets, record_len
     # A few long values: padding would cost more than gathering the spans by index.
     sources: list[np.ndarray] = []
     starts = np.empty((n, len(slots)), dtype=np.int64)

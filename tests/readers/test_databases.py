@@ -473,6 +473,16 @@ async def reader_connections(url: str) -> int:
     return int(rows[0][0])
 
 
+async def busy_connections(url: str) -> int:
+    """Connections to the server other than the one asking that run a query."""
+    rows = await pg(
+        url,
+        "SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'client backend' "
+        "AND pid <> pg_backend_pid() AND state <> 'idle'",
+    )
+    return int(rows[0][0])
+
+
 @pytest.mark.network
 @pytest.mark.parametrize("verb", ["read", "read_up_to", "read_batch"])
 async def test_postgres_reads_every_row_once_over_the_shards(pg_table: str, verb: str) -> None:
@@ -590,14 +600,17 @@ async def test_postgres_cancel_mid_query_loses_nothing_and_leaves_no_connection(
             keys, _ = await reader.read_up_to(queue, 100)  # the first chunk, in hand
             tx = locker.transaction()
             await tx.start()
+            # The lock waits for the second chunk's query, sent while the first was encoded.
             await locker.execute("LOCK TABLE t IN ACCESS EXCLUSIVE MODE")
-            with anyio.move_on_after(0.5) as scope:  # the next fetch waits for the lock
+            with anyio.fail_after(5):
+                more, _ = await reader.read_up_to(queue, 100)  # read ahead: no wait
+            with anyio.move_on_after(0.5) as scope:  # the third one waits for the lock
                 await reader.read_up_to(queue, 100)
             assert scope.cancelled_caught
             await tx.rollback()
             with anyio.fail_after(10):
                 rest, _ = await reader.read_up_to(queue, 1000)
-            assert keys + rest == [b"t:%d" % i for i in range(300)]
+            assert keys + more + rest == [b"t:%d" % i for i in range(300)]
             # Cancelled while connecting: nothing stays open either.
             reset = ar.PostgresReader(pg_table)
             with anyio.CancelScope() as cancelled:
@@ -607,6 +620,40 @@ async def test_postgres_cancel_mid_query_loses_nothing_and_leaves_no_connection(
         with anyio.fail_after(10):
             while await reader_connections(pg_table) > 1:  # noqa: ASYNC110 - the locker's own
                 await anyio.sleep(0.05)  # the server notes a closed connection soon after
+    finally:
+        await locker.close()
+
+
+@pytest.mark.network
+async def test_postgres_reset_and_restore_drop_a_chunk_read_ahead(pg_table: str) -> None:
+    # A chunk asked for ahead, which the server holds back (a lock), must not keep the
+    # connection busy: reset cancels it at once, and a restore reads past the saved key.
+    import asyncpg
+
+    locker = await asyncpg.connect(pg_table)
+    try:
+        async with ar.PostgresReader(pg_table, fetch_rows=50) as reader:
+            queue = await work_queue(["sql:t?key=id&hi=200"])
+            first, _ = await reader.read_up_to(queue, 50)
+            state = reader.serialize_state()
+            tx = locker.transaction()
+            await tx.start()
+            await locker.execute("LOCK TABLE t IN ACCESS EXCLUSIVE MODE")
+            with anyio.fail_after(5):
+                await reader.read_up_to(queue, 50)  # read ahead before the lock
+            with anyio.fail_after(1.5):  # not the 2 s allowed to close a connection
+                await reader.reset()  # the next chunk's query waits: cancelled
+            await tx.rollback()
+            reader.restore_state(state)
+            with anyio.fail_after(10):
+                rest, _ = await reader.read_up_to(queue, 1000)
+            assert first + rest == [b"t:%d" % i for i in range(200)]
+            # Restored while a chunk read ahead is in hand: it is dropped, not delivered.
+            await reader.read_up_to(await work_queue(["sql:t?key=id&hi=200"]), 50)
+            reader.restore_state(state)
+            with anyio.fail_after(10):
+                again, _ = await reader.read_up_to(queue, 1000)
+            assert again == rest
     finally:
         await locker.close()
 
@@ -708,6 +755,9 @@ async def test_postgres_lost_connection_fails_the_read_and_the_next_goes_on(
     async with ar.PostgresReader(pg_table, fetch_rows=50) as reader:
         queue = await work_queue(["sql:t?key=id&hi=200"])
         keys, _ = await reader.read_up_to(queue, 50)
+        with anyio.fail_after(10):
+            while await busy_connections(pg_table):  # noqa: ASYNC110
+                await anyio.sleep(0.01)  # the next chunk, read ahead, is in hand
         # The server drops the reader's connection (as a restart would).
         await pg(
             pg_table,
@@ -715,10 +765,11 @@ async def test_postgres_lost_connection_fails_the_read_and_the_next_goes_on(
             "WHERE backend_type = 'client backend' AND pid <> pg_backend_pid()",
         )
         with anyio.fail_after(10):
+            more, _ = await reader.read_up_to(queue, 50)
             with pytest.raises(ar.DataLossError, match=r"/postgres, table 't'"):
                 await reader.read_up_to(queue, 50)
             rest = [k for k, _ in await drain(reader, queue)]
-    assert keys + rest == [b"t:%d" % i for i in range(200)]
+    assert keys + more + rest == [b"t:%d" % i for i in range(200)]
 
 
 async def test_text_and_blob_values_of_every_length_encode_as_tensorflow_does(
@@ -916,17 +967,17 @@ async def test_postgres_malformed_packed_reply_is_data_loss_naming_table_and_key
 
     async def truncated(conn: Any, db: str, table: str, sql: str, params: Any) -> Any:
         rows = await real(conn, db, table, sql, params)
-        if "string_agg" not in sql:
+        if "string_agg" not in sql or params[:-1] != [9]:
             return rows
         reply = list(rows[0])
-        reply[1] = reply[1][:-1]  # the keys one byte short
+        reply[1] = reply[1][:-1]  # the keys of the chunk after key 9 one byte short
         return [reply]
 
     async with ar.PostgresReader(pg_table, fetch_rows=10) as reader:
         queue = await work_queue(["sql:t?key=id"])
+        monkeypatch.setattr(postgres, "_fetch", truncated)
         keys, _ = await reader.read_up_to(queue, 10)
         assert keys[-1] == b"t:9"
-        monkeypatch.setattr(postgres, "_fetch", truncated)
         with pytest.raises(
             ar.DataLossError, match=r"table 't': malformed reply for the rows after key 9: keys"
         ):

@@ -223,3 +223,46 @@ def test_arrays_give_the_bytes_of_the_rows(seed: int) -> None:
             [v.encode() if isinstance(v, str) else v for v in col]
             for col in list(zip(*part, strict=True))[: len(columns)]
         ]
+
+
+@pytest.mark.parametrize(
+    ("kinds", "make"),
+    [
+        # Every entry of every row one length: records with no padding to drop.
+        (
+            {"i": "int", "f": "float", "s": "text"},
+            lambda k: (100 + k % 28, [float("nan"), -0.0, 2.5][k % 3], "abc"),
+        ),
+        # Two long values a row, one longer than 32767 bytes.
+        (
+            {"a": "blob", "b": "blob", "n": "int"},
+            lambda k: (b"\x01" * (40000 + k), b"\x02" * (19000 - k), -k),
+        ),
+    ],
+)
+def test_arrays_of_uniform_or_wide_rows_give_the_bytes_of_the_rows(
+    kinds: dict[str, str], make: object
+) -> None:
+    encoder = RowEncoder(list(kinds))
+    order = [list(kinds).index(c) for c in encoder.columns]
+    rows = [tuple(make(k)[i] for i in order) for k in range(40)]  # type: ignore[operator]
+    columns = [
+        column_values(
+            [row[j] for row in rows], "bytes" if kinds[c] in ("text", "blob") else kinds[c]
+        )
+        for j, c in enumerate(encoder.columns)
+    ]
+    got = encoder.encode_arrays(columns)
+    assert got is not None
+    values, good = encoder.encode(rows)
+    assert good == len(rows)
+    assert records(got) == values
+    dtypes = {"int": "int64", "float": "float32", "text": "string", "blob": "string"}
+    spec = {c: ar.FixedLenFeature([], dtypes[kinds[c]]) for c in encoder.columns}
+    parsed = ar.parse_example(records(got), spec)
+    for j, c in enumerate(encoder.columns):
+        want = [row[j].encode() if isinstance(row[j], str) else row[j] for row in rows]
+        if kinds[c] == "float":
+            np.testing.assert_array_equal(parsed[c], np.array(want, dtype=np.float32))
+        else:
+            assert list(parsed[c]) == want
