@@ -467,12 +467,12 @@ def prefetch_work_item(work: WorkItem, *, after: Sequence[Prefetched] = ()) -> P
     one round trip after another. The files opened ahead, ``after`` (in the order they
     will be read) and this one, share one read-ahead window
     (:attr:`~asyncreader._io.remote.RemoteReading.read_ahead`): this one asks for what
-    they leave of it once their first answers are in, and nothing when they fill it
-    (:attr:`~asyncreader._io.remote.RangeFile.deferred`). That is held until a reader
-    opens the file or the caller discards it. Nothing is taken from the queue;
-    :func:`open_work_item` of the same URL, by any reader, takes the
-    open. Local files, streams and URLs already begun return ``None``; so does any error
-    (the real open reports it).
+    they leave of it once their first answers are in, and nothing when they fill it or
+    answered quickly (:attr:`~asyncreader._io.remote.RangeFile.deferred`). That is held
+    until a reader opens the file or the caller discards it. Nothing is taken from the
+    queue; :func:`open_work_item` of the same URL, by any reader, takes the open. Local
+    files, streams and URLs already begun return ``None``; so does any error (the real
+    open reports it).
     """
     name: str | bytes = os.fspath(work)
     if not is_url(name):

@@ -94,6 +94,9 @@ DEFAULT_MAX_ATTEMPTS: Final = 10
 #: Bounds of the size of one range request.
 MIN_PART: Final = 256 << 10
 MAX_PART: Final = 16 << 20
+#: Seconds the first answer to a file opened ahead takes from which the files after it are
+#: opened ahead too (see RangeFile._share): below it, one file ahead hides the latency.
+DEEP_AHEAD_LATENCY: Final = 0.02
 #: First pause between attempts, doubled per failure up to the second.
 BACKOFF_FIRST: Final = 0.1
 BACKOFF_MAX: Final = 5.0
@@ -399,6 +402,7 @@ class RangeFile:
         "_began",
         "_client",
         "_closed",
+        "_latency",
         "_loop",
         "_name",
         "_next",
@@ -443,6 +447,7 @@ class RangeFile:
         # Bytes its first request asks for, once asked; the size its first answer told.
         self._asked: int | None = None
         self._seen_size: int | None = None
+        self._latency: float | None = None  # seconds to the open's first answer
         self._began: Future[Any] = self._submit(
             self._open(
                 # Opened ahead: the whole window in one request (what the files opened
@@ -508,6 +513,7 @@ class RangeFile:
         self._asked = max(0, first)  # before any await: the files after this one count it
         parts: list[_Part] = []
         size: int | None = None
+        asked_at = time.monotonic()
         if first > 0:
             got = await self._retrying(
                 functools.partial(self._client.first, 0, first), "opening", 0
@@ -519,6 +525,7 @@ class RangeFile:
         if size is None:
             size = await self._retrying(self._client.size, "opening", 0)
         self._seen_size = size
+        self._latency = time.monotonic() - asked_at
         if ahead and size is not None:
             # Opened ahead: the window (its share of it) is fetched now, while the reader
             # reads its current file, as a file read from its start would be on its
@@ -548,12 +555,15 @@ class RangeFile:
             undecided = False
             waiting: list[Future[Any]] = []
             seen = 0
+            latency: float | None = None
             for f in after:
                 if f._opening is None:
                     continue  # taken by its reader (or closed): no longer ahead
                 if f._began.done():
                     held += f._ahead_bytes or 0
                     seen = max(seen, f._seen_size or 0)
+                    if f._latency is not None:
+                        latency = max(latency or 0.0, f._latency)
                     continue
                 waiting.append(f._began)
                 if f._asked is None:
@@ -561,7 +571,12 @@ class RangeFile:
                 else:
                     held += f._asked
             left = window - held
-            if not waiting or (left > 0 and not undecided):
+            if latency is not None and latency < DEEP_AHEAD_LATENCY:
+                # Answers come quickly: the file opened ahead next is enough. More files
+                # in flight would only share the server with the file being read, whose
+                # bytes are wanted first.
+                return 0
+            if not waiting or (latency is not None and left > 0 and not undecided):
                 if seen:
                     return min(left, max(seen, self._settings.part_size))
                 return left

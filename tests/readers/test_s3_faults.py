@@ -440,7 +440,14 @@ def _asked_of(proxy: FaultProxy, f: int) -> int:
     return sum(min(end, size) - start for start, end in _ranges_of(proxy, f) if start < size)
 
 
+@pytest.fixture
+def slow_answers(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Answers count as slow (a distant store): files after the next are opened ahead."""
+    monkeypatch.setattr("asyncreader._io.remote.DEEP_AHEAD_LATENCY", 0.0)
+
+
 @pytest.mark.both_backends
+@pytest.mark.usefixtures("slow_answers")
 async def test_the_files_after_the_next_are_opened_ahead_at_once(proxy: FaultProxy) -> None:
     # A window larger than the files (1.6 MB each): while file 0 is read, files 1-3 (the
     # queue's next items) are all opened ahead, not one more per file read, so that with
@@ -469,6 +476,38 @@ async def test_the_files_after_the_next_are_opened_ahead_at_once(proxy: FaultPro
 
 
 @pytest.mark.both_backends
+async def test_with_quick_answers_only_the_next_file_is_opened_ahead(
+    proxy: FaultProxy, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Answers quicker than DEEP_AHEAD_LATENCY: the file opened ahead next hides them, and
+    # the files after it are not asked for yet (they would share the server with the
+    # file being read); each is opened ahead in its turn, and read once.
+    from asyncreader._io import filesystem
+
+    monkeypatch.setattr("asyncreader._io.remote.DEEP_AHEAD_LATENCY", 1e6)
+    ar.set_remote_reading(read_ahead=8 << 20, concurrency=4, request_timeout=2.0, retry_budget=8.0)
+    urls = _urls()
+    with anyio.fail_after(30):
+        async with ar.TFRecordReader() as reader:
+            queue = await work_queue(urls)
+            first = await reader.read_batch(queue, 10)  # file 0, mid-file
+            with anyio.fail_after(5):
+                while not (  # noqa: ASYNC110 - another thread's state
+                    filesystem._ahead[urls[2]].deferred and filesystem._ahead[urls[3]].deferred
+                ):
+                    await anyio.sleep(0.01)
+            assert _gets_of(proxy, 1) == 1
+            assert _gets_of(proxy, 2) == _gets_of(proxy, 3) == 0
+            got = dict(zip(first.keys(), first.tolist(), strict=True))
+            await _read_on(reader, queue, got)
+            assert not filesystem._ahead
+    _check_every_record_once(got)
+    for f in range(FILES):
+        assert _gets_of(proxy, f) == 1, f"file {f}: {_ranges_of(proxy, f)}"
+
+
+@pytest.mark.both_backends
+@pytest.mark.usefixtures("slow_answers")
 async def test_the_files_opened_ahead_share_one_window(proxy: FaultProxy) -> None:
     # A window of 2 MiB: file 1 (1.6 MB) takes most of it, file 2 what is left, and
     # file 3 nothing (deferred: opened when the reader gets there). Memory stays within
