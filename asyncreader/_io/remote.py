@@ -545,10 +545,12 @@ class RangeFile:
         (``after``, in the order they are read) leave to it: each holds what its first
         request asked for until its answer says how much of that the file has.
 
-        It asks at once when they leave room, for about the size of the files answered so
-        far (files of a data set tend to be alike), so that several small files are asked
-        for in one round trip, not one after another; otherwise it waits for their
-        answers."""
+        Once one of them has answered, it asks at once when they leave room, for about
+        the size of the files answered so far (files of a data set tend to be alike), so
+        that several small files are asked for in one round trip, not one after another;
+        otherwise it waits for more answers. Nothing (0) when the window is full, or when
+        the answer came within :data:`DEEP_AHEAD_LATENCY` (the next file alone hides such
+        latency; it is opened ahead in its turn)."""
         window = self._settings.read_ahead
         while True:
             held = 0
