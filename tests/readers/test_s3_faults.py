@@ -162,6 +162,12 @@ def _check_every_record_once(got: dict[bytes, bytes], files: range = range(FILES
 @pytest.mark.both_backends
 async def test_ledger_every_record_once_under_mixed_faults(proxy: FaultProxy) -> None:
     # 503s, connections reset mid-response and slow answers, spread over the whole read.
+    # A window of 512 KiB: a file (1.6 MB) takes about five requests (its window, then
+    # 256 KiB parts) where a 1 MiB window asks for it in three or four, so one fault per
+    # few requests still comes to well over five over the read.
+    ar.set_remote_reading(
+        read_ahead=512 << 10, concurrency=4, request_timeout=2.0, retry_budget=8.0
+    )
     rng = random.Random(21)
     stop = threading.Event()
 
