@@ -323,8 +323,8 @@ def test_range_requests_go_through_the_chosen_client(proxy: FaultProxy, client: 
 
 
 def test_an_object_is_opened_by_its_first_range_request(proxy: FaultProxy, client: str) -> None:
-    # Both clients learn the size from the first range answer's Content-Range: no HEAD,
-    # one round trip per file less than asking for the size first.
+    # obstore learns the size from the first range answer's Content-Range: no HEAD, one
+    # round trip per file less; s3fs asks for the size apart.
     from asyncreader._io.filesystem import open_work_item
 
     data = tfrecord_bytes(PAYLOADS[0])
@@ -338,7 +338,7 @@ def test_an_object_is_opened_by_its_first_range_request(proxy: FaultProxy, clien
     gets = [line for line in proxy.request_lines if line.startswith(b"GET ")]
     part = 256 << 10  # read_ahead 1 MiB over 4 requests
     assert len(gets) == -(-len(data) // part)
-    assert len(heads) == 0
+    assert len(heads) == (0 if client == "obstore" else 1)
 
 
 @pytest.mark.both_backends
@@ -546,11 +546,13 @@ async def test_the_files_opened_ahead_share_one_window(proxy: FaultProxy) -> Non
 
 @pytest.mark.both_backends
 async def test_a_file_read_from_its_start_asks_for_its_window_at_once(
-    proxy: FaultProxy,
+    proxy: FaultProxy, client: str
 ) -> None:
     # The reader's first file (not opened ahead) asks for its whole window (1 MiB) in its
     # first request: one round trip. A reader restored mid-file does not: it seeks at
     # once, and asks for the bytes from there.
+    if client != "obstore":
+        pytest.skip("s3fs asks for the size apart: its requests are parts of the window")
     urls = _urls()[:1]
     with anyio.fail_after(30):
         async with ar.TFRecordReader() as reader:
