@@ -38,7 +38,7 @@ from .obstore_client import obstore_client
 from .remote import FsspecClient, RangeFile, RemoteClient, remote_reading
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from collections.abc import Iterator, Sequence
     from typing import TypeAlias
 
 __all__ = [
@@ -408,7 +408,14 @@ def _url_fs(url: str, name: str | bytes) -> tuple[Any, str, str | None]:
 
 
 def _range_file(
-    fs: Any, path: str, url: str, scheme_name: str | None, name: str | bytes, *, wait: bool
+    fs: Any,
+    path: str,
+    url: str,
+    scheme_name: str | None,
+    name: str | bytes,
+    *,
+    wait: bool,
+    after: Sequence[RangeFile] = (),
 ) -> RangeFile:
     # Object stores and web servers: concurrent range requests ahead of the reader, with
     # timeouts and retries (see asyncreader._io.remote); s3:// through obstore when it is
@@ -418,7 +425,7 @@ def _range_file(
         client = obstore_client(url)
     if client is None:
         client = FsspecClient(fs, path)
-    return RangeFile(client, name, remote_reading(scheme_name), wait=wait)
+    return RangeFile(client, name, remote_reading(scheme_name), wait=wait, after=after)
 
 
 # Remote files whose open was begun ahead (prefetch_work_item), by URL: whichever reader
@@ -436,6 +443,11 @@ class Prefetched:
         self.url = url
         self.file = file
 
+    @property
+    def deferred(self) -> bool:
+        """Whether the window was full: nothing was asked for (see :func:`prefetch_work_item`)."""
+        return self.file.deferred
+
     def discard(self) -> None:
         """Close the file unless a reader took it. Blocks briefly (no I/O)."""
         with _ahead_lock:
@@ -446,18 +458,21 @@ class Prefetched:
             self.file.close()
 
 
-def prefetch_work_item(work: WorkItem) -> Prefetched | None:
+def prefetch_work_item(work: WorkItem, *, after: Sequence[Prefetched] = ()) -> Prefetched | None:
     """Begin opening the remote file ``work`` names, for the reader that opens it next.
 
-    A reader about to read its current file calls this with the work item its queue will
-    hand out next, so that the next file's first window (its size with it) is fetched
+    A reader about to read its current file calls this with the work items its queue will
+    hand out next, so that their first windows (their sizes with them) are fetched
     while the current file is read: with latency per request, files are no longer opened
-    one round trip after another. It holds at most the read-ahead window
-    (:attr:`~asyncreader._io.remote.RemoteReading.read_ahead`) until a reader opens the
-    file or the caller discards it. Nothing is taken from the queue;
-    :func:`open_work_item` of the same URL, by any reader, takes the
-    open. Local files, streams and URLs already begun return ``None``; so does any error
-    (the real open reports it).
+    one round trip after another. The files opened ahead, ``after`` (in the order they
+    will be read) and this one, share one read-ahead window
+    (:attr:`~asyncreader._io.remote.RemoteReading.read_ahead`): this one asks for what
+    they leave of it once their first answers are in, and nothing when they fill it or
+    answered quickly (:attr:`~asyncreader._io.remote.RangeFile.deferred`). That is held
+    until a reader opens the file or the caller discards it. Nothing is taken from the
+    queue; :func:`open_work_item` of the same URL, by any reader, takes the open. Local
+    files, streams and URLs already begun return ``None``; so does any error (the real
+    open reports it).
     """
     name: str | bytes = os.fspath(work)
     if not is_url(name):
@@ -473,7 +488,9 @@ def prefetch_work_item(work: WorkItem) -> Prefetched | None:
         fs, path, scheme_name = _url_fs(url, name)
         if not getattr(fs, "async_impl", False):
             return None
-        ranged = _range_file(fs, path, url, scheme_name, name, wait=False)
+        ranged = _range_file(
+            fs, path, url, scheme_name, name, wait=False, after=[p.file for p in after]
+        )
     except Exception:
         return None
     with _ahead_lock:

@@ -16,10 +16,11 @@ fsspec's own event loop, ahead of the reader, in a window bounded in bytes:
 
 Opening a file costs one round trip: where the client can tell (obstore), the file's size
 comes from the ``Content-Range`` of the answer to the first range request, whose body is
-the file's first part; other clients ask for the size first. A file can also be opened
-ahead of its reader (``wait=False``, see
-:func:`~asyncreader._io.filesystem.prefetch_work_item`): its first window is then fetched
-at once, while the reader reads the file before it, so a reader holds at most two windows.
+the file's first part; other clients ask for the size first. Files can also be opened
+ahead of their reader (``wait=False``, see
+:func:`~asyncreader._io.filesystem.prefetch_work_item`): their first windows are then
+fetched at once, while the reader reads the file before them, within one window that
+they share (``after``), so a reader holds at most two windows.
 
 So one reader is not bound to the latency of one request: with the default window
 (64 MiB, 8 requests) a link of 50 ms per request still streams 8 parts at a time.
@@ -61,7 +62,7 @@ from .._errors import (
 )
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Callable
+    from collections.abc import Awaitable, Callable, Sequence
     from concurrent.futures import Future
 
 __all__ = [
@@ -92,6 +93,9 @@ DEFAULT_MAX_ATTEMPTS: Final = 10
 #: Bounds of the size of one range request.
 MIN_PART: Final = 256 << 10
 MAX_PART: Final = 16 << 20
+#: Seconds the first answer to a file opened ahead takes from which the files after it are
+#: opened ahead too (see RangeFile._share): below it, one file ahead hides the latency.
+DEEP_AHEAD_LATENCY: Final = 0.02
 #: First pause between attempts, doubled per failure up to the second.
 BACKOFF_FIRST: Final = 0.1
 BACKOFF_MAX: Final = 5.0
@@ -170,8 +174,8 @@ def set_remote_reading(
         scheme: Apply to this URL scheme only (``"s3"``, ``"https"``, …); ``None``: to
             every scheme without settings of its own.
         read_ahead: Bytes read ahead per open file (default 64 MiB); 0 reads only what
-            is asked for. A reader may hold a second window: the next file in its
-            FIFO work queue, opened ahead.
+            is asked for. A reader may hold a second window: the next files in its
+            FIFO work queue, opened ahead, share it.
         concurrency: Range requests in flight per open file (default 8).
         request_timeout: Seconds one request may take (default 60); ``None``: no limit.
         retry_budget: Seconds a failing request is retried for (default 60).
@@ -352,17 +356,26 @@ class RangeFile:
         settings: Read-ahead window, concurrency, timeout and retry budget.
         wait: Wait for the open (the size); ``False`` only begins it, for a file opened
             ahead of its reader (:meth:`opened` waits).
+        after: Files opened ahead before this one (``wait=False``), which its reader reads
+            first: they share one read-ahead window. This file's open waits for their
+            first answers (their sizes) and asks for what the window has left, nothing
+            when it is full (then its reader opens it when it gets there).
     """
 
     __slots__ = (
+        "_ahead_bytes",
+        "_asked",
+        "_began",
         "_client",
         "_closed",
+        "_latency",
         "_loop",
         "_name",
         "_next",
         "_opening",
         "_parts",
         "_pos",
+        "_seen_size",
         "_settings",
         "_streak",
         "size",
@@ -375,6 +388,7 @@ class RangeFile:
         settings: RemoteReading,
         *,
         wait: bool = True,
+        after: Sequence[RangeFile] = (),
     ) -> None:
         self._client = client
         self._name = name
@@ -393,14 +407,24 @@ class RangeFile:
         # tell it: one round trip per file less than asking for it first. That request's
         # body is the file's first part, fetched on while the reader starts.
         self.size: int | None = None
-        self._opening: Future[Any] | None = self._submit(
+        # Bytes the open begun ahead asked for (None until its first answer): what this
+        # file holds of the window it shares with the files opened ahead after it.
+        self._ahead_bytes: int | None = None
+        # Bytes its first request asks for, once asked; the size its first answer told.
+        self._asked: int | None = None
+        self._seen_size: int | None = None
+        self._latency: float | None = None  # seconds to the open's first answer
+        self._began: Future[Any] = self._submit(
             self._open(
-                # Opened ahead: the whole window in one request, so that one round trip
-                # brings a file of up to the window's size.
+                # Opened ahead: the whole window in one request (what the files opened
+                # ahead before it leave of it), so that one round trip brings a file of
+                # up to the window's size.
                 settings.read_ahead if not wait else min(settings.part_size, settings.read_ahead),
                 not wait,
+                [f for f in after if f._opening is not None],
             )
         )
+        self._opening: Future[Any] | None = self._began
         if wait:
             self.opened()
 
@@ -415,6 +439,19 @@ class RangeFile:
             self._next = parts[-1].end
 
     @property
+    def deferred(self) -> bool:
+        """Whether an open begun ahead found the shared window full and asked for nothing:
+        opened again by its reader, or ahead again once there is room."""
+        opening = self._opening
+        return (
+            opening is not None
+            and opening.done()
+            and not opening.cancelled()
+            and opening.exception() is None
+            and opening.result()[0] is None
+        )
+
+    @property
     def open_failed(self) -> bool:
         """Whether an open begun ahead has failed already (it is better begun again)."""
         opening = self._opening
@@ -426,12 +463,23 @@ class RangeFile:
 
     # -- on the client's loop ----------------------------------------------------------
 
-    async def _open(self, first: int, ahead: bool) -> tuple[int | None, list[_Part]]:
+    async def _open(
+        self, first: int, ahead: bool, after: list[RangeFile]
+    ) -> tuple[int | None, list[_Part]]:
         """The file's size, and the requests begun with it: where the client can, the
         first part's (its body goes on being fetched); for a file opened ahead of its
-        reader, the read-ahead window's (``ahead``)."""
+        reader, the read-ahead window's (``ahead``), less what the files opened ahead
+        before it hold (``after``). ``(None, [])``: the window is full, nothing asked
+        for."""
+        if after:
+            first = min(first, await self._share(after))
+            if first <= 0 < self._settings.read_ahead:
+                self._ahead_bytes = 0
+                return None, []
+        self._asked = max(0, first)  # before any await: the files after this one count it
         parts: list[_Part] = []
         size: int | None = None
+        asked_at = time.monotonic()
         if first > 0:
             got = await self._retrying(
                 functools.partial(self._client.first, 0, first), "opening", 0
@@ -442,17 +490,67 @@ class RangeFile:
                 parts.append(_Part(0, end, self._submit(self._body(got[1], 0, end))))
         if size is None:
             size = await self._retrying(self._client.size, "opening", 0)
+        self._seen_size = size
+        self._latency = time.monotonic() - asked_at
         if ahead and size is not None:
-            # Opened ahead: the window is fetched now, while the reader reads its current
-            # file, as a file read from its start would be on its first read.
+            # Opened ahead: the window (its share of it) is fetched now, while the reader
+            # reads its current file, as a file read from its start would be on its
+            # first read.
             settings = self._settings
             at = parts[-1].end if parts else 0
-            target = min(size, settings.read_ahead)
+            target = min(size, first)
             while at < target and len(parts) < settings.concurrency:
                 end = min(target, at + settings.part_size)
                 parts.append(_Part(at, end, self._submit(self._fetch(at, end))))
                 at = end
+        self._ahead_bytes = parts[-1].end if parts else 0
         return size, parts
+
+    async def _share(self, after: list[RangeFile]) -> int:
+        """The bytes of the read-ahead window that the files opened ahead before this one
+        (``after``, in the order they are read) leave to it: each holds what its first
+        request asked for until its answer says how much of that the file has.
+
+        Once one of them has answered, it asks at once when they leave room, for about
+        the size of the files answered so far (files of a data set tend to be alike), so
+        that several small files are asked for in one round trip, not one after another;
+        otherwise it waits for more answers. Nothing (0) when the window is full, or when
+        the answer came within :data:`DEEP_AHEAD_LATENCY` (the next file alone hides such
+        latency; it is opened ahead in its turn)."""
+        window = self._settings.read_ahead
+        while True:
+            held = 0
+            undecided = False
+            waiting: list[Future[Any]] = []
+            seen = 0
+            latency: float | None = None
+            for f in after:
+                if f._opening is None:
+                    continue  # taken by its reader (or closed): no longer ahead
+                if f._began.done():
+                    held += f._ahead_bytes or 0
+                    seen = max(seen, f._seen_size or 0)
+                    if f._latency is not None:
+                        latency = max(latency or 0.0, f._latency)
+                    continue
+                waiting.append(f._began)
+                if f._asked is None:
+                    undecided = True  # waiting itself: what it will ask for is not known
+                else:
+                    held += f._asked
+            left = window - held
+            if latency is not None and latency < DEEP_AHEAD_LATENCY:
+                # Answers come quickly: the file opened ahead next is enough. More files
+                # in flight would only share the server with the file being read, whose
+                # bytes are wanted first.
+                return 0
+            if not waiting or (latency is not None and left > 0 and not undecided):
+                if seen:
+                    return min(left, max(seen, self._settings.part_size))
+                return left
+            await asyncio.wait(
+                [asyncio.wrap_future(f) for f in waiting], return_when=asyncio.FIRST_COMPLETED
+            )
 
     async def _body(self, body: Callable[[], Awaitable[Any]], start: int, end: int) -> Any:
         """The body of the first request, bytes ``[start, end)``; a failure part-way asks

@@ -93,8 +93,9 @@ class FramedReader(BufferedReader):
         self._ahead: BlockReader | None = None
         # The size of the block framed last.
         self._block_bytes = 0
-        # The next work item's remote file, opened ahead (by URL: any reader may take it).
-        self._prefetched: Prefetched | None = None
+        # The next work items' remote files, opened ahead (by URL: any reader may take
+        # them), in queue order.
+        self._prefetched: dict[bytes, Prefetched] = {}
 
     # -- subclass interface ------------------------------------------------------------
 
@@ -126,8 +127,15 @@ class FramedReader(BufferedReader):
 
     def on_work_started(self, work: bytes) -> None:
         self._close_files()
-        self._file = open_work_item(work)  # takes the file if it was opened ahead
-        self._open_ahead()
+        if self._resume is None:
+            # Read from its start (not resumed, which seeks at once): a remote file not
+            # opened ahead asks for its whole read-ahead window in its first request, so
+            # that one round trip brings a file of up to the window's size.
+            prefetch_work_item(work)
+        # The next files' opens begin before this one is waited for: their requests go
+        # out with its.
+        self._open_ahead(work)
+        self._file = open_work_item(work)  # takes the file opened ahead
         self._prefix = work + b":"
         self._key_format = key_format(self._prefix)
         self._framer = self._new_framer(work, 0, self._first_key, self._file.size)
@@ -170,16 +178,29 @@ class FramedReader(BufferedReader):
         self._skip_pending = 0
         return True
 
-    def _open_ahead(self) -> None:
-        """Begin opening the remote file the work queue hands out next (noted when this
-        one was taken), so that its first window arrives while this one is read. Memory:
-        up to one read-ahead window besides the open file's (see prefetch_work_item)."""
-        hint, self._work_hint = self._work_hint, None
-        stale, self._prefetched = self._prefetched, None
-        if stale is not None:
+    def _open_ahead(self, work: bytes) -> None:
+        """Begin opening the remote files the work queue hands out after ``work`` (noted
+        when it was taken), so that their first windows arrive while this one is read:
+        with latency per request, not one round trip per file. Memory: one read-ahead
+        window shared by those files, besides the open file's (see prefetch_work_item)."""
+        hints, self._work_hints = self._work_hints, ()
+        old = self._prefetched
+        new: dict[bytes, Prefetched] = {}
+        old.pop(work, None)  # opened now, by on_work_started
+        for hint in hints:
+            if hint == work or hint in new:
+                continue
+            ahead = old.pop(hint, None)
+            if ahead is not None and ahead.deferred:
+                ahead.discard()  # the window was full: asked for again, with what it has now
+                ahead = None
+            if ahead is None:
+                ahead = prefetch_work_item(hint, after=list(new.values()))
+            if ahead is not None:
+                new[hint] = ahead
+        for stale in old.values():
             stale.discard()  # not taken by any reader: the queue order changed
-        if hint is not None:
-            self._prefetched = prefetch_work_item(hint)
+        self._prefetched = new
 
     def _close_files(self) -> None:
         f, self._file = self._file, None
@@ -189,9 +210,9 @@ class FramedReader(BufferedReader):
         if self._closed:
             # A closed reader opens nothing more: the file it opened ahead goes too. (At
             # the end of a work item it stays, for whichever reader opens it next.)
-            stale, self._prefetched = self._prefetched, None
-            if stale is not None:
-                stale.discard()
+            stale, self._prefetched = self._prefetched, {}
+            for ahead in stale.values():
+                ahead.discard()
 
     def _drop_block(self) -> None:
         self._block, self._block_at, self._block_last = b"", 0, False
@@ -203,7 +224,7 @@ class FramedReader(BufferedReader):
             ahead.close()
 
     def _has_open_files(self) -> bool:
-        return self._file is not None or self._prefetched is not None
+        return self._file is not None or bool(self._prefetched)
 
     # -- reading records again by key ------------------------------------------------------
 

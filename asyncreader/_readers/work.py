@@ -26,7 +26,7 @@ __all__ = [
     "LeasingQueue",
     "WorkQueue",
     "check_work_queue",
-    "next_work_hint",
+    "next_work_hints",
     "work_item_bytes",
 ]
 
@@ -106,20 +106,22 @@ def work_item_bytes(item: Any) -> bytes:
     )
 
 
-def next_work_hint(queue: Any) -> bytes | None:
-    """The work item a FIFO queue will hand out next, without taking it; ``None`` when it
-    cannot be told (another kind of queue, nothing ready, an element that is no work
-    item). A hint only (another reader may take it): readers open that file ahead."""
+def next_work_hints(queue: Any, n: int) -> list[bytes]:
+    """The (up to ``n``) work items a FIFO queue will hand out next, in order, without
+    taking them; fewer when that cannot be told (another kind of queue, nothing ready, an
+    element that is no work item). Hints only (another reader may take them): readers
+    open those files ahead."""
     from .._queues.fifo import _DequeStorage  # queues import readers' modules
 
     if not isinstance(queue, _DequeStorage):
-        return None
+        return []
     buf = queue._buf
-    if len(buf) <= queue._hold:
-        return None
-    try:
-        head = buf[0]
-        item = queue._codec.decode_one(head) if queue._typed else head
-        return work_item_bytes(item)
-    except Exception:
-        return None
+    hints: list[bytes] = []
+    for i in range(min(n, len(buf) - queue._hold)):
+        try:
+            head = buf[i]
+            item = queue._codec.decode_one(head) if queue._typed else head
+            hints.append(work_item_bytes(item))
+        except Exception:
+            break
+    return hints

@@ -22,7 +22,7 @@ from .._errors import AsyncReaderError, InvalidArgumentError
 from .._runtime.checkpoint import check_taken_work
 from .hook_path import count_of
 from .state import SKIP
-from .work import check_work_queue, next_work_hint, work_item_bytes
+from .work import check_work_queue, next_work_hints, work_item_bytes
 
 if TYPE_CHECKING:
     from collections import deque
@@ -36,22 +36,26 @@ if TYPE_CHECKING:
     from .state import ReaderState
     from .work import LeasedWork, WorkQueue
 
-__all__ = ["WorkItems"]
+__all__ = ["OPEN_AHEAD", "WorkItems"]
 
 T = TypeVar("T")
 
 #: How long shielded cleanup (closing a finished work item's file, dropping an abandoned
 #: item's state) waits for its thread before abandoning it.
 _SHIELD_GRACE: Final = 2.0
+#: The most work items after the current one that a reader opens ahead (remote files);
+#: they share one read-ahead window, so small files are opened further ahead than large.
+OPEN_AHEAD: Final = 8
 
 
 class WorkItems:
     """Taking, finishing, abandoning and resuming a reader's work items."""
 
-    #: Whether the reader opens its next work item ahead (remote files): taking an item
-    #: from a FIFO queue then notes the one after it in ``_work_hint`` (it stays queued).
+    #: Whether the reader opens its next work items ahead (remote files): taking an item
+    #: from a FIFO queue then notes the (up to :data:`OPEN_AHEAD`) ones after it in
+    #: ``_work_hints`` (they stay queued).
     _opens_ahead: ClassVar[bool] = False
-    _work_hint: bytes | None = None
+    _work_hints: tuple[bytes, ...] = ()
 
     # The reader state it reads and writes (see ReaderBase).
     _buffer: ReadAheadBuffer
@@ -101,8 +105,8 @@ class WorkItems:
                 else:
                     item = await queue.dequeue()
                     if self._opens_ahead:
-                        # The file after this one, for on_work_started to open ahead.
-                        self._work_hint = next_work_hint(queue)
+                        # The files after this one, for on_work_started to open ahead.
+                        self._work_hints = tuple(next_work_hints(queue, OPEN_AHEAD))
                 work = work_item_bytes(item)
                 check_taken_work(queue, work)  # a restored queue's strings may not be trusted
             self._set_skip(None)  # keys skipped in the previous item: none in this one

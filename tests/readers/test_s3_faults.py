@@ -162,6 +162,12 @@ def _check_every_record_once(got: dict[bytes, bytes], files: range = range(FILES
 @pytest.mark.both_backends
 async def test_ledger_every_record_once_under_mixed_faults(proxy: FaultProxy) -> None:
     # 503s, connections reset mid-response and slow answers, spread over the whole read.
+    # A window of 512 KiB: a file (1.6 MB) takes about five requests (its window, then
+    # 256 KiB parts) where a 1 MiB window asks for it in three or four, so one fault per
+    # few requests still comes to well over five over the read.
+    ar.set_remote_reading(
+        read_ahead=512 << 10, concurrency=4, request_timeout=2.0, retry_budget=8.0
+    )
     rng = random.Random(21)
     stop = threading.Event()
 
@@ -432,3 +438,132 @@ async def test_a_failed_open_ahead_is_opened_again_by_the_reader(proxy: FaultPro
             await _read_on(reader, queue, got)
             assert reader.statistics().errors_skipped == 0
     _check_every_record_once(got, range(2))
+
+
+def _asked_of(proxy: FaultProxy, f: int) -> int:
+    """The bytes of file ``f`` asked for so far (ranges clipped to the file's size)."""
+    size = len(tfrecord_bytes(PAYLOADS[f]))
+    return sum(min(end, size) - start for start, end in _ranges_of(proxy, f) if start < size)
+
+
+@pytest.fixture
+def slow_answers(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Answers count as slow (a distant store): files after the next are opened ahead."""
+    monkeypatch.setattr("asyncreader._io.remote.DEEP_AHEAD_LATENCY", 0.0)
+
+
+@pytest.mark.both_backends
+@pytest.mark.usefixtures("slow_answers")
+async def test_the_files_after_the_next_are_opened_ahead_at_once(proxy: FaultProxy) -> None:
+    # A window larger than the files (1.6 MB each): while file 0 is read, files 1-3 (the
+    # queue's next items) are all opened ahead, not one more per file read, so that with
+    # latency per request a reader of small files does not wait a round trip per file.
+    # Each file is asked for once: the opens begun ahead are the ones read.
+    from asyncreader._io import filesystem
+
+    ar.set_remote_reading(read_ahead=8 << 20, concurrency=4, request_timeout=2.0, retry_budget=8.0)
+    urls = _urls()
+    with anyio.fail_after(30):
+        async with ar.TFRecordReader() as reader:
+            queue = await work_queue(urls)
+            first = await reader.read_batch(queue, 10)  # file 0, mid-file
+            assert queue.size() == 3  # nothing taken from the queue
+            with anyio.fail_after(5):
+                while not all(_gets_of(proxy, f) for f in (1, 2, 3)):  # noqa: ASYNC110
+                    await anyio.sleep(0.01)
+            assert all(url in filesystem._ahead for url in urls[1:])
+            got = dict(zip(first.keys(), first.tolist(), strict=True))
+            await _read_on(reader, queue, got)
+            assert not filesystem._ahead  # all taken
+    _check_every_record_once(got)
+    for f in range(FILES):
+        assert _gets_of(proxy, f) == 1, f"file {f}: {_ranges_of(proxy, f)}"
+        assert _asked_of(proxy, f) == len(tfrecord_bytes(PAYLOADS[f]))
+
+
+@pytest.mark.both_backends
+async def test_with_quick_answers_only_the_next_file_is_opened_ahead(
+    proxy: FaultProxy, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Answers quicker than DEEP_AHEAD_LATENCY: the file opened ahead next hides them, and
+    # the files after it are not asked for yet (they would share the server with the
+    # file being read); each is opened ahead in its turn, and read once.
+    from asyncreader._io import filesystem
+
+    monkeypatch.setattr("asyncreader._io.remote.DEEP_AHEAD_LATENCY", 1e6)
+    ar.set_remote_reading(read_ahead=8 << 20, concurrency=4, request_timeout=2.0, retry_budget=8.0)
+    urls = _urls()
+    with anyio.fail_after(30):
+        async with ar.TFRecordReader() as reader:
+            queue = await work_queue(urls)
+            first = await reader.read_batch(queue, 10)  # file 0, mid-file
+            with anyio.fail_after(5):
+                while not (  # noqa: ASYNC110 - another thread's state
+                    filesystem._ahead[urls[2]].deferred and filesystem._ahead[urls[3]].deferred
+                ):
+                    await anyio.sleep(0.01)
+            assert _gets_of(proxy, 1) == 1
+            assert _gets_of(proxy, 2) == _gets_of(proxy, 3) == 0
+            got = dict(zip(first.keys(), first.tolist(), strict=True))
+            await _read_on(reader, queue, got)
+            assert not filesystem._ahead
+    _check_every_record_once(got)
+    for f in range(FILES):
+        assert _gets_of(proxy, f) == 1, f"file {f}: {_ranges_of(proxy, f)}"
+
+
+@pytest.mark.both_backends
+@pytest.mark.usefixtures("slow_answers")
+async def test_the_files_opened_ahead_share_one_window(proxy: FaultProxy) -> None:
+    # A window of 2 MiB: file 1 (1.6 MB) takes most of it, file 2 what is left, and
+    # file 3 nothing (deferred: opened when the reader gets there). Memory stays within
+    # the window besides the open file's, and every record still comes out once.
+    from asyncreader._io import filesystem
+
+    window = 2 << 20
+    ar.set_remote_reading(read_ahead=window, concurrency=4, request_timeout=2.0, retry_budget=8.0)
+    urls = _urls()
+    with anyio.fail_after(30):
+        async with ar.TFRecordReader() as reader:
+            queue = await work_queue(urls)
+            first = await reader.read_batch(queue, 10)  # file 0, mid-file
+            with anyio.fail_after(5):
+                while not filesystem._ahead[urls[3]].deferred:  # noqa: ASYNC110
+                    await anyio.sleep(0.01)
+            assert _gets_of(proxy, 3) == 0
+            asked = [_asked_of(proxy, f) for f in (1, 2)]
+            assert asked[0] == len(tfrecord_bytes(PAYLOADS[1]))  # all of file 1
+            assert sum(asked) == window  # file 2: the rest of the window
+            got = dict(zip(first.keys(), first.tolist(), strict=True))
+            await _read_on(reader, queue, got)
+            assert not filesystem._ahead
+    _check_every_record_once(got)
+    for f in range(FILES):  # nothing asked for twice, nothing left out
+        ranges = _ranges_of(proxy, f)
+        assert all(a[1] == b[0] for a, b in itertools.pairwise(ranges)), ranges
+        assert _asked_of(proxy, f) == len(tfrecord_bytes(PAYLOADS[f]))
+
+
+@pytest.mark.both_backends
+async def test_a_file_read_from_its_start_asks_for_its_window_at_once(
+    proxy: FaultProxy, client: str
+) -> None:
+    # The reader's first file (not opened ahead) asks for its whole window (1 MiB) in its
+    # first request: one round trip. A reader restored mid-file does not: it seeks at
+    # once, and asks for the bytes from there.
+    if client != "obstore":
+        pytest.skip("s3fs asks for the size apart: its requests are parts of the window")
+    urls = _urls()[:1]
+    with anyio.fail_after(30):
+        async with ar.TFRecordReader() as reader:
+            queue = await work_queue(urls)
+            first = await reader.read_batch(queue, 200)
+            state = reader.serialize_state()
+        assert _ranges_of(proxy, 0)[0] == (0, 1 << 20)
+        proxy.request_lines.clear()
+        async with ar.TFRecordReader() as reader:
+            reader.restore_state(state)
+            got = dict(zip(first.keys(), first.tolist(), strict=True))
+            await _read_on(reader, queue, got)
+    _check_every_record_once(got, range(1))
+    assert (0, 1 << 20) not in _ranges_of(proxy, 0)
