@@ -40,6 +40,7 @@ Ray processes (GCS, raylet, the queue's actor) share those cores with the ranks.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import secrets
@@ -49,11 +50,14 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import anyio
 
 import asyncreader as ar
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator
 
 # Read by Ray when it is imported: every Ray socket on 127.0.0.1, and token authentication
 # with a token of this run only (inherited by the rank processes; nothing written to $HOME).
@@ -273,17 +277,12 @@ async def _local_reference(paths: list[str]) -> float:
     return records / (time.perf_counter() - start)
 
 
-async def _checkpoint_cost(
-    namespace: str, paths: list[str], world: int, leases: int, items: int, repeat: int
-) -> tuple[float, float, int]:
-    """Seconds of the job's first collective checkpoint of ``world`` ranks, the best of
-    the ``repeat`` after it, and its bytes."""
-    import contextlib
-
+@contextlib.asynccontextmanager
+async def _ranks_in_process(made: list[ar.Session]) -> AsyncIterator[list[Any]]:
+    """Enter the ranks' sessions (of this process); yield each one's handle of the job's
+    shared work queue ``files``."""
     from asyncreader._runtime import context
 
-    cluster = ar.RayCluster(None, namespace)
-    made = [ar.Session(cluster=cluster, rank=r, world_size=world) for r in range(world)]
     async with contextlib.AsyncExitStack() as stack:
         for sess in made:
             await stack.enter_async_context(sess)
@@ -294,6 +293,17 @@ async def _checkpoint_cost(
                 works.append(ar.FIFOQueue(None, shared_name="files"))
             finally:
                 context._session.reset(token)
+        yield works
+
+
+async def _checkpoint_cost(
+    namespace: str, paths: list[str], world: int, leases: int, items: int, repeat: int
+) -> tuple[float, float, int]:
+    """Seconds of the job's first collective checkpoint of ``world`` ranks, the best of
+    the ``repeat`` after it, and its bytes."""
+    cluster = ar.RayCluster(None, namespace)
+    made = [ar.Session(cluster=cluster, rank=r, world_size=world) for r in range(world)]
+    async with _ranks_in_process(made) as works:
         fake = [f"/data/more/part-{i:06d}.tfrecord" for i in range(max(0, items - len(paths)))]
         await works[0].enqueue_many(paths + fake)
         for r, sess in enumerate(made):
@@ -319,26 +329,13 @@ async def _checkpoint_cost(
 
 async def _skewed_job(paths: list[str], deterministic: bool, skew: float) -> dict[str, Any]:
     """Two ranks reading ``paths``, rank 1 sleeping ``skew`` s per read: records/s."""
-    import contextlib
-
-    from asyncreader._runtime import context
-
     cluster = ar.RayCluster(None, _namespace())
     made = [
         ar.Session(cluster=cluster, rank=r, world_size=2, deterministic=deterministic)
         for r in range(2)
     ]
     counts = [0, 0]
-    async with contextlib.AsyncExitStack() as stack:
-        for sess in made:
-            await stack.enter_async_context(sess)
-        works: list[Any] = []
-        for sess in made:
-            token = context._session.set(sess)
-            try:
-                works.append(ar.FIFOQueue(None, shared_name="files"))
-            finally:
-                context._session.reset(token)
+    async with _ranks_in_process(made) as works:
         await works[0].enqueue_many(paths)
         await works[0].close()
 
