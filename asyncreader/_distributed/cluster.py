@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib
 import socket
 import threading
+import time
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -17,7 +18,7 @@ if TYPE_CHECKING:
 
     from .remote_queue import RayBackend
 
-__all__ = ["RayCluster", "import_ray"]
+__all__ = ["RayCluster", "import_ray", "kill_actors"]
 
 _INSTALL_HINT = 'pip install "asyncreader[ray]"'
 
@@ -26,6 +27,9 @@ ACTOR_PREFIX = "asyncreader:"
 JOB_ACTOR = ACTOR_PREFIX + "job"
 
 _init_lock = threading.Lock()
+
+#: Seconds to wait for the name of an actor being destroyed to go (see :func:`kill_actors`).
+DYING_GRACE = 10.0
 
 
 def import_ray() -> ModuleType:
@@ -179,18 +183,43 @@ class RayCluster:
         return await anyio.to_thread.run_sync(self._delete_job)
 
     def _delete_job(self) -> list[str]:
-        ray = self._ray
         names = [
             entry["name"]
-            for entry in ray.util.list_named_actors(all_namespaces=True)
+            for entry in self._ray.util.list_named_actors(all_namespaces=True)
             if entry["namespace"] == self.namespace and entry["name"].startswith(ACTOR_PREFIX)
         ]
-        killed: list[str] = []
-        for name in sorted(names, key=lambda n: n == JOB_ACTOR):
+        return kill_actors(self._ray, self.namespace, sorted(names, key=lambda n: n == JOB_ACTOR))
+
+
+def kill_actors(ray: Any, namespace: str, names: list[str]) -> list[str]:
+    """Kill the named actors ``names`` of ``namespace``, in order; returns those killed.
+
+    An actor already gone is skipped. So is one being destroyed meanwhile (by the job's
+    last rank out, or another process cleaning up): Ray still finds it by name for a
+    moment after its class was dropped with its job's exported functions, and then fails
+    to make a handle of it (an ``AssertionError`` inside Ray). Its name is waited for to
+    go, up to :data:`DYING_GRACE` seconds.
+
+    Raises:
+        FailedPreconditionError: an actor can neither be reached nor is it gone.
+    """
+    killed: list[str] = []
+    for name in names:
+        deadline = time.monotonic() + DYING_GRACE
+        while True:
             try:
-                handle: Any = ray.get_actor(name, namespace=self.namespace)
+                handle = ray.get_actor(name, namespace=namespace)
             except ValueError:  # already gone
+                break
+            except AssertionError as exc:  # being destroyed: its class is gone already
+                if time.monotonic() > deadline:
+                    raise FailedPreconditionError(
+                        f"the actor {name!r} of the namespace {namespace!r} can neither be "
+                        f"reached nor is it gone after {DYING_GRACE:g} s: {exc}"
+                    ) from None
+                time.sleep(0.05)
                 continue
             ray.kill(handle, no_restart=True)
             killed.append(name)
-        return killed
+            break
+    return killed

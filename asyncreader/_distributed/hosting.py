@@ -429,11 +429,6 @@ def _delete_job_actors(namespace: str, names: list[str]) -> None:
     """Kill the job's actors ``names``, then the registry (the caller's own actor)."""
     import ray
 
-    from .cluster import JOB_ACTOR
+    from .cluster import JOB_ACTOR, kill_actors
 
-    for name in [*names, JOB_ACTOR]:
-        try:
-            handle = ray.get_actor(name, namespace=namespace)
-        except ValueError:  # already gone
-            continue
-        ray.kill(handle, no_restart=True)
+    kill_actors(ray, namespace, [*names, JOB_ACTOR])

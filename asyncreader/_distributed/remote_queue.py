@@ -22,7 +22,7 @@ from .._errors import (
 from .._queues.base import QueueBase
 from .._runtime.resources import check_shared_config
 from .awaiting import wait_ref
-from .cluster import ACTOR_PREFIX, JOB_ACTOR
+from .cluster import ACTOR_PREFIX, JOB_ACTOR, kill_actors
 from .hosting import VERBS, JobHost, QueueHost
 from .job_checkpoint import check_job_tree
 from .rank import Anchor, CheckpointWanted, Heartbeat, LeaseClient, unknown_keys
@@ -401,13 +401,7 @@ class RayBackend:
             await anyio.to_thread.run_sync(self._ray.kill, anchor)
 
     def _delete(self, names: list[str]) -> None:
-        ray, namespace = self._ray, self._cluster.namespace
-        for name in [*names, JOB_ACTOR]:
-            try:
-                handle = ray.get_actor(name, namespace=namespace)
-            except ValueError:  # already gone
-                continue
-            ray.kill(handle, no_restart=True)
+        kill_actors(self._ray, self._cluster.namespace, [*names, JOB_ACTOR])
 
     # -- waiting -------------------------------------------------------------------------
 

@@ -214,3 +214,48 @@ def test_a_wakeup_after_the_run_ended_is_ignored(backend: str) -> None:
 
     anyio.run(main, backend=backend)
     wakers[0](None)  # the loop is closed / the trio run has finished
+
+
+class _DyingActors:
+    """A stand-in for the ``ray`` module: actors found by name, some of them being destroyed
+    (Ray fails to make their handles for a while, then no longer finds them)."""
+
+    def __init__(self, alive: list[str], dying: dict[str, int]) -> None:
+        self.alive = alive
+        self.dying = dying  # name: lookups that fail as Ray does before the name goes
+        self.killed: list[str] = []
+
+    def get_actor(self, name: str, namespace: str) -> str:
+        assert namespace == "job"
+        if self.dying.get(name, 0) > 0:
+            self.dying[name] -= 1
+            raise AssertionError("Expected str or bytes, got <class 'NoneType'>")
+        if name not in self.alive:
+            raise ValueError(f"Failed to look up actor with name {name!r}")
+        return name
+
+    def kill(self, handle: str, no_restart: bool) -> None:
+        assert no_restart
+        self.alive.remove(handle)
+        self.killed.append(handle)
+
+
+def test_actors_being_destroyed_meanwhile_are_skipped_when_a_job_is_deleted() -> None:
+    from asyncreader._distributed.cluster import kill_actors
+
+    ray = _DyingActors(alive=["a", "c"], dying={"b": 3})
+    assert kill_actors(ray, "job", ["a", "b", "c", "gone"]) == ["a", "c"]
+    assert ray.killed == ["a", "c"]
+    assert ray.dying == {"b": 0}
+
+
+def test_an_actor_that_never_becomes_reachable_or_gone_is_a_declared_error(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from asyncreader._distributed import cluster
+
+    monkeypatch.setattr(cluster, "DYING_GRACE", 0.2)
+    ray = _DyingActors(alive=["a"], dying={"a": 10**9})
+    with pytest.raises(ar.FailedPreconditionError, match="'a' of the namespace 'job'"):
+        cluster.kill_actors(ray, "job", ["a"])
+    assert ray.killed == []
