@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import math
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Generic, TypeVar, TypeVarTuple, Unpack, cast
 
 import anyio
@@ -35,6 +36,7 @@ __all__ = [
     "get_io_limiter",
     "io_threads",
     "run_io",
+    "run_detached",
     "run_io_abandoning",
     "set_io_threads",
 ]
@@ -59,6 +61,11 @@ _POLL_MAX = 0.05
 _abandoned_lock = threading.Lock()
 _abandoned_running = 0
 _abandoned_total = 0
+
+#: Threads of the pool that runs cleanup outside the I/O executor (see run_detached).
+DETACHED_THREADS = 2
+_detached_lock = threading.Lock()
+_detached_pool: ThreadPoolExecutor | None = None
 
 
 def set_io_threads(n: int) -> None:
@@ -272,3 +279,26 @@ async def run_io_abandoning(call: IoCall[T]) -> T:
         raise
     finally:
         limiter.release_on_behalf_of(call)
+
+
+def run_detached(func: Callable[[], object]) -> IoCall[object]:
+    """Run ``func`` on a thread outside the I/O executor, whatever happens to the caller.
+
+    For cleanup that must happen (closing the files of a reader being closed) when the
+    I/O executor's threads are all taken or the caller's grace ran out: the call runs once
+    a thread of a small pool of its own is free, whether or not anyone waits for it. Its
+    errors are dropped: nobody may be left to receive them.
+
+    Returns:
+        The call: ``await call.wait()`` waits, cancellably, until it has run.
+    """
+    global _detached_pool
+    call: IoCall[object] = IoCall(func)
+    with _detached_lock:
+        if _detached_pool is None:
+            _detached_pool = ThreadPoolExecutor(
+                DETACHED_THREADS, thread_name_prefix="asyncreader-cleanup"
+            )
+        pool = _detached_pool
+    pool.submit(call._run)
+    return call

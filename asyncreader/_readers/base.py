@@ -64,6 +64,7 @@ import anyio.lowlevel
 from .._error_policy import MAX_DEAD_LETTERS, DeadLetter, ErrorPolicy, OnError, as_policy
 from .._errors import FailedPreconditionError, InvalidArgumentError
 from .._io.blocks import block_pool
+from .._io.executor import run_detached
 from .._runtime.resources import SharedResource
 from .._yields import yield_budget
 from .abandoned import AbandonedCalls
@@ -592,10 +593,27 @@ class ReaderBase(
                     # them itself when it returns.
                     with anyio.move_on_after(_CLOSE_GRACE):
                         await pending.call.wait()
-                if pending is None or not pending.call.discard():
+                if (pending is None or not pending.call.discard()) and not (
                     await self._drop_work_state()
+                ):
+                    await self._close_left_open()
         # Read blocks nothing holds any more are not kept for a reader that is gone.
         block_pool().trim()
+
+    async def _close_left_open(self) -> None:
+        """Close what dropping the work state could not within its grace (its calls did
+        not start in time: the I/O threads all taken, or the machine that busy).
+
+        A hook call given up on while it ran closes the files itself when it returns;
+        otherwise a thread outside the I/O executor does, waited for up to
+        :data:`_CLOSE_GRACE`: a closed reader never leaves a file open for good.
+        """
+        late, self._pending = self._pending, None
+        if late is not None and late.call.discard():
+            return  # its thread drops the state and closes the files when it returns
+        call = run_detached(self._release_abandoned)
+        with anyio.move_on_after(_CLOSE_GRACE):
+            await call.wait()
 
     async def _session_close(self) -> None:
         await self.aclose()

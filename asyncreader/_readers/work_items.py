@@ -255,8 +255,13 @@ class WorkItems:
             return
         await self._drop_work_state()
 
-    async def _drop_work_state(self) -> None:
-        """Run ``reset_state`` and close the files: shielded, but never waiting for good."""
+    async def _drop_work_state(self) -> bool:
+        """Run ``reset_state`` and close the files: shielded, but never waiting for good.
+
+        Returns:
+            Whether both were done within the grace (otherwise the next operation tries
+            again, or a hook call given up on still runs: ``_pending``).
+        """
         with anyio.CancelScope(shield=True) as scope:
             scope.deadline = anyio.current_time() + _SHIELD_GRACE
             try:
@@ -266,6 +271,8 @@ class WorkItems:
                     await self._run_blocking(self._close_files)
         if scope.cancelled_caught:
             self._needs_reset = True  # the next operation tries again
+            return False
+        return self._pending is None
 
     async def _resume_work(self) -> None:
         """Reopen a work item restored in progress and seek to the saved position."""

@@ -516,3 +516,40 @@ async def test_leaving_a_session_closes_stuck_readers_at_once(fifo: Path) -> Non
     assert all(r.statistics().closed for r in stuck)
     assert elapsed < 1.5  # one after another: 4 x 0.5 s
     await _unblock_and_check_closed(fifo)
+
+
+async def test_a_reader_closed_while_every_io_thread_is_busy_closes_its_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The reader's own calls to drop its file cannot start within their grace (the only
+    # I/O thread is taken, as on a machine too busy to run them): closing the reader
+    # still closes the file, without waiting for the I/O thread.
+    from asyncreader._io.executor import io_threads, run_io
+    from asyncreader._readers import work_items
+
+    monkeypatch.setattr(work_items, "_SHIELD_GRACE", 0.1)
+    path = tmp_path / "lines.txt"
+    path.write_bytes(b"1\n2\n3\n")
+    threads = io_threads()
+    ar.set_io_threads(1)
+    release = threading.Event()
+    try:
+        reader = ar.TextLineReader()
+        with anyio.fail_after(5):
+            assert await reader.read(await work_queue([str(path)])) == (
+                f"{path}:1".encode(),
+                b"1",
+            )
+        assert _open_fds(path) == 1
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(run_io, lambda: release.wait())  # the only I/O token, until released
+            try:
+                await anyio.sleep(0.05)
+                start = time.monotonic()
+                await reader.aclose()
+                assert time.monotonic() - start < PROMPT
+                assert _open_fds(path) == 0
+            finally:
+                release.set()  # the task group waits for that thread
+    finally:
+        ar.set_io_threads(threads)
