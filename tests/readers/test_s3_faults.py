@@ -337,8 +337,8 @@ def test_an_object_is_opened_by_its_first_range_request(proxy: FaultProxy, clien
     heads = [line for line in proxy.request_lines if line.startswith(b"HEAD ")]
     gets = [line for line in proxy.request_lines if line.startswith(b"GET ")]
     part = 256 << 10  # read_ahead 1 MiB over 4 requests
-    assert len(gets) == -(-len(data) // part)
-    assert len(heads) == (0 if client == "obstore" else 1)
+    assert len(gets) == -(-len(data) // part), proxy.request_lines
+    assert len(heads) == (0 if client == "obstore" else 1), proxy.request_lines
 
 
 @pytest.mark.both_backends
@@ -501,6 +501,10 @@ async def test_with_quick_answers_only_the_next_file_is_opened_ahead(
                 while not (  # noqa: ASYNC110 - another thread's state
                     filesystem._ahead[urls[2]].deferred and filesystem._ahead[urls[3]].deferred
                 ):
+                    await anyio.sleep(0.01)
+            # s3fs asks for the size first: file 1's range request follows its answer.
+            with anyio.move_on_after(5):
+                while _gets_of(proxy, 1) < 1:  # noqa: ASYNC110
                     await anyio.sleep(0.01)
             assert _gets_of(proxy, 1) == 1
             assert _gets_of(proxy, 2) == _gets_of(proxy, 3) == 0
