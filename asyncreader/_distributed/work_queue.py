@@ -486,10 +486,12 @@ class LeaseBook:
                     self._pulling = False
                     self._notify()
                 if item is not None:
-                    self._absorb(schedule)  # restored items come before the queue's
-                    if schedule.broken is None:  # (a rank may have died meanwhile)
+                    if schedule.broken is None:  # the schedule still holds
+                        self._absorb(schedule)  # restored items come before the queue's
                         schedule.route(Lease(item))
                     else:
+                        # A rank died while the item was on its way: the schedule was
+                        # given up and its items are pending, for every live rank now.
                         self._pending.append(Lease(item))
             self._check_alive(client)
         return None
@@ -514,8 +516,10 @@ class LeaseBook:
     def _absorb(self, schedule: Schedule) -> None:
         """Put the items a job checkpoint restored into the schedule: with as many ranks
         as the checkpoint's job, each to the rank that had it, at its number; else
-        numbered anew, in the checkpoint's order."""
-        if not self._pending:
+        numbered anew, in the checkpoint's order. Once the schedule is given up the
+        pending items are no longer its (a dead rank's, for any live rank): a schedule
+        nobody takes from would hold them for ever."""
+        if not self._pending or not schedule.active:
             return
         restored = self._restored_schedule
         same = restored is not None and restored[0] == schedule.world_size
