@@ -34,6 +34,15 @@ threads and doubles the run of cheap threaded calls needed before the next try (
 window at most. Order, slots, checkpoints and errors do not change: an inline call is a
 call that finished without the worker awaiting.
 
+Direct calls. With ``num_parallel_calls=1`` and an async callable source, inline calls skip
+the worker task too: a consumer finding nothing ready and nothing in flight pulls the source
+and calls ``fn`` itself (``_call_direct``) while the worker stands by, which
+saves the two task switches of handing each example over. Nothing is awaited between the
+pull and the return, so the stage never holds an example in a consumer that a checkpoint
+would miss; a stop or close cancels a consumer's pull as it would a worker's; a slow call
+wakes the worker, which goes back to threads. An async iterator source stays with the
+worker: a consumer's cancellation inside an async generator would end the generator.
+
 Errors. An exception from ``fn`` goes through the stage's :class:`~asyncreader.ErrorPolicy`
 when its result's turn comes: raised (the default), as the same library error or as an
 :class:`~asyncreader.InvalidArgumentError` for any other exception, naming the example's
@@ -149,6 +158,9 @@ class _Running:
 
 _RUNNING: Final = _Running()
 
+#: What ``MapStage._pull`` returns once the source has ended.
+_END: Final = object()
+
 
 @dataclass(frozen=True, slots=True)
 class MapStatistics:
@@ -258,9 +270,12 @@ def map(
             the thread round trip; a call that runs long sends it back to threads, and
             each such return doubles the run of cheap threaded calls needed before the
             next try (up to 1024), so a ``fn`` that turns slow holds the loop up once per
-            window at most. ``False``: always on threads, for a ``fn`` that may block
-            for long without warning or must run off the event loop's thread. No effect
-            on coroutine functions or ``executor="process"``.
+            window at most. With ``num_parallel_calls=1`` and an async callable
+            ``source``, inline calls are made by the task taking the result, which
+            pulls the source itself (a take cancelled while it waits in the source
+            cancels that source call). ``False``: always on threads, for a ``fn`` that
+            may block for long without warning or must run off the event loop's
+            thread. No effect on coroutine functions or ``executor="process"``.
         on_error: What an exception from ``fn`` does: ``"raise"`` (the default),
             ``"skip"`` or an :class:`~asyncreader.ErrorPolicy`; skipped examples leave
             :class:`~asyncreader.DeadLetter` records in :attr:`MapStage.dead_letters`.
@@ -338,6 +353,7 @@ class MapStage(Generic[R]):
         "_pool_closed",
         "_pool_lock",
         "_probe_window",
+        "_pull_scope",
         "_rerun",
         "_results",
         "_scopes",
@@ -347,6 +363,7 @@ class MapStage(Generic[R]):
         "_source_error",
         "_stopped",
         "_taken",
+        "_wake",
         "_workers_waiting",
     )
 
@@ -452,8 +469,11 @@ class MapStage(Generic[R]):
         self._fetch_free = anyio.Event()
         self._slot_freed = anyio.Event()
         self._done = anyio.Event()  # a result is ready, or the stage ended
+        # Set when a worker standing by while consumers call fn themselves has work again.
+        self._wake = anyio.Event()
         self._stopped = anyio.Event()  # every worker returned and the pool is shut down
         self._scopes: list[anyio.CancelScope] = []
+        self._pull_scope: anyio.CancelScope | None = None  # a consumer's pull (see _direct)
         self._limiter: anyio.CapacityLimiter | None = None
         self._pool: Workers | None = None
         self._pool_lock = threading.Lock()
@@ -484,6 +504,7 @@ class MapStage(Generic[R]):
             self._live -= 1
             if self._live == 0:
                 self._ended = True
+                self._cancel_pull()
                 self._notify_results()
                 with anyio.CancelScope(shield=True):
                     await self._shutdown_pool()
@@ -502,6 +523,11 @@ class MapStage(Generic[R]):
             else:
                 if self._exhausted:
                     return
+                if self._direct():
+                    # Consumers pull the source and call fn themselves (see __call__);
+                    # standing by holds nothing.
+                    await self._wait(self._wake, stage)
+                    continue
                 if len(self._calls) + self._fetching >= self._n:
                     await self._wait_slot(stage)
                     continue
@@ -535,23 +561,8 @@ class MapStage(Generic[R]):
         self._fetching += 1
         self._fetch_busy = True
         try:
-            try:
-                if self._coro_source:
-                    example = await self._call_source()  # type: ignore[misc]
-                elif self._call_source is not None:
-                    example = self._call_source()
-                    if inspect.isawaitable(example):
-                        example = await example
-                else:
-                    assert self._iter_source is not None
-                    example = await self._iter_source.__anext__()
-            except (OutOfRangeError, StopAsyncIteration):
-                self._exhausted = True
-                return None
-            except Exception as exc:
-                # The source is broken: raised in order, after the results before it.
-                self._exhausted = True
-                self._source_error = exc
+            example = await self._pull()
+            if example is _END:
                 return None
             call = _Call(self._seq, example)
             self._seq += 1
@@ -566,6 +577,26 @@ class MapStage(Generic[R]):
             if self._exhausted:
                 self._notify_results()
                 self._free_slot()  # workers waiting for a slot have nothing more to do
+
+    async def _pull(self) -> Any:
+        """The source's next example, or ``_END`` once it has ended (noting its error)."""
+        try:
+            if self._coro_source:
+                return await self._call_source()  # type: ignore[misc]
+            if self._call_source is not None:
+                example = self._call_source()
+                if inspect.isawaitable(example):
+                    example = await example
+                return example
+            assert self._iter_source is not None
+            return await self._iter_source.__anext__()
+        except (OutOfRangeError, StopAsyncIteration):
+            self._exhausted = True
+        except Exception as exc:
+            # The source is broken: raised in order, after the results before it.
+            self._exhausted = True
+            self._source_error = exc
+        return _END
 
     async def _run(self, call: _Call, stage: StageTask | None) -> None:
         try:
@@ -619,6 +650,7 @@ class MapStage(Generic[R]):
                 self._inline_now = False
                 self._fast = 0
                 self._probe_window = min(2 * self._probe_window, _MAX_PROBE_WINDOW)
+                self._wake_workers()  # if they stood by for consumers calling fn
 
     def _timed_on_thread(self, seconds: float) -> None:
         """Note how long a call on a thread took; go inline after a run of cheap ones."""
@@ -720,13 +752,78 @@ class MapStage(Generic[R]):
                 if self._ended:
                     # Stopped (or cancelled) before the next result could be made.
                     raise OutOfRangeError(f"{self._name} was stopped")
-                await self._wait_result()
-                continue
+                if self._direct() and not self._calls and not self._fetching:
+                    call = await self._call_direct()
+                    if call is None:
+                        continue
+                else:
+                    await self._wait_result()
+                    continue
             if call.error is None:
                 self._taken += 1
                 result: R = call.result
                 return result
             self._failed(call)
+
+    def _direct(self) -> bool:
+        """Whether consumers pull the source and call ``fn`` themselves, the worker standing
+        by: calls run inline, one at a time, from an async callable source."""
+        return (
+            self._inline_now and self._n == 1 and self._call_source is not None and not self._rerun
+        )
+
+    async def _call_direct(self) -> _Call | None:
+        """Pull the source's next example and call ``fn`` on it here, in the consumer: what
+        the worker would do, without the two task switches of handing the example over.
+
+        ``None`` when the source has ended or the stage was closed meanwhile. Nothing is
+        awaited between the pull and the return, so a cancelled take cancels only the
+        source call it was in, and a checkpoint never sees the example in the consumer.
+        """
+        self._fetching += 1
+        self._fetch_busy = True
+        self._consumers += 1  # waiting on the source, as it would for the worker
+        # A stop or close cancels the pull, as it would cancel a worker in the source.
+        example: Any = _END
+        scope = self._pull_scope = anyio.CancelScope()
+        try:
+            with scope:
+                example = await self._pull()
+        finally:
+            self._pull_scope = None
+            self._consumers -= 1
+            self._fetching -= 1
+            self._fetch_busy = False
+        if example is _END or self._closed:
+            self._wake_workers()  # to end
+            self._notify_results()
+            return None
+        call = _Call(self._seq, example)
+        self._seq += 1
+        self._fetched += 1
+        try:
+            call.result = self._call_inline(example)
+        except Exception as exc:
+            call.error = exc
+        except BaseException:
+            # Not fn's answer (KeyboardInterrupt, ...): keep the example for a worker to
+            # call again, as a restored checkpoint would.
+            self._calls.append(call)
+            self._rerun.append(call)
+            self._wake_workers()
+            raise
+        call.done = True
+        if self._consumers:
+            self._notify_results()  # another consumer's turn to pull
+        return call
+
+    def _cancel_pull(self) -> None:
+        if self._pull_scope is not None:
+            self._pull_scope.cancel()
+
+    def _wake_workers(self) -> None:
+        self._wake.set()
+        self._wake = anyio.Event()
 
     def _drained(self) -> bool:
         """Whether the source has ended and every result before its end was taken."""
@@ -812,6 +909,7 @@ class MapStage(Generic[R]):
         self._closed = True
         for scope in self._scopes:
             scope.cancel()
+        self._cancel_pull()
         self._notify_results()
         self._slot_freed.set()
         with anyio.CancelScope(shield=True):
