@@ -739,7 +739,13 @@ class MapStage(Generic[R]):
                 the example's position and its work item and record key when known; or
                 the source's own error, once the results before it are taken.
         """
-        await anyio.lowlevel.checkpoint()
+        if self._direct() and not self._calls and not self._fetching and not self._ended:
+            # This take will call the source itself, which decides whether to yield to
+            # the scheduler (a reader with records in memory does not): as when the
+            # source is called directly, only a cancellation point here.
+            await anyio.lowlevel.checkpoint_if_cancelled()
+        else:
+            await anyio.lowlevel.checkpoint()
         while True:
             if self._closed:
                 raise OutOfRangeError(f"{self._name} is closed")

@@ -378,3 +378,26 @@ async def test_an_async_iterator_source_stays_with_the_worker_task() -> None:
     assert out == [-i for i in range(300)]
     assert len(where.inline()) > 50
     assert where.by(me()) == []
+
+
+@pytest.mark.both_backends
+async def test_a_take_in_a_cancelled_scope_pulls_nothing() -> None:
+    pulled: list[int] = []
+    source = counter(100)
+
+    async def noting() -> int:
+        x: int = await source()
+        pulled.append(x)
+        return x
+
+    with anyio.fail_after(10):
+        async with ar.Coordinator():
+            stage = ar.map(negate, noting, 1)
+            assert [await stage() for _ in range(50)] == [-i for i in range(50)]
+            assert stage.statistics().calls_inline > 20
+            with anyio.CancelScope() as scope:
+                scope.cancel()
+                await stage()
+            assert scope.cancelled_caught
+            assert len(pulled) == 50
+            assert [x async for x in stage] == [-i for i in range(50, 100)]
