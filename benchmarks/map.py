@@ -14,7 +14,9 @@ reads it once to warm the page cache, then times, best of three wall-clock runs 
 * **Overhead over batches.** The pipeline ``read_batch(1024)`` -> ``decode_csv`` ->
   ``async for`` with and without an ``ar.map(identity, ..., 1)`` stage between the two
   (``identity`` a plain function, which the stage finds cheap and calls inline on the
-  event loop after its first few calls on threads); the same stage with ``inline=False``
+  event loop after its first few calls on threads; the source being an async callable,
+  the consumer then pulls it and calls ``identity`` itself, with no hand-off through the
+  stage's worker task); the same stage with ``inline=False``
   (a round trip to a worker thread per batch); and, as the floor such a round trip cannot
   go below, the same pipeline with one bare ``anyio.to_thread.run_sync(identity, batch)``
   in the source. These four run interleaved, ``--rounds`` times each, and are compared by
@@ -298,6 +300,24 @@ def run_all(tmp: Path, scale: float, rounds: int = 5) -> int:
     return failures
 
 
+def one_run(what: str, scale: float, given: str | None) -> None:
+    """One pipeline of the overhead rows, for ``valgrind --tool=callgrind``: instruction
+    counts do not depend on the machine's load, and two scales give the cost per batch
+    (the difference of the slopes) apart from the cost of starting up."""
+    # Under callgrind every call runs some 50 times slower, so an identity call could
+    # pass the inline threshold and send the stage back to threads: keep it inline.
+    import asyncreader._pipeline.map as map_module
+
+    map_module._INLINE_BELOW = 1.0  # type: ignore[misc]
+    lines = max(100_000, int(2_000_000 * scale) // 100_000 * 100_000)
+    for tmp in _tmpdir(given):
+        path = tmp / f"rows-{lines}.csv"
+        if not path.exists():
+            csv_file(path, lines)
+        count = anyio.run(_csv_inline, path, what == "stage")
+        assert count == lines, count
+
+
 def _verdict(ok: bool) -> str:
     return "ok" if ok else "MISSED"
 
@@ -319,7 +339,16 @@ def main() -> None:
     parser.add_argument(
         "--rounds", type=int, default=5, help="interleaved runs of the overhead rows (median)"
     )
+    parser.add_argument(
+        "--one-run",
+        choices=["none", "stage"],
+        help="run one overhead pipeline (no stage, or the inline identity stage) once and "
+        "exit, for an instruction count under callgrind",
+    )
     args = parser.parse_args()
+    if args.one_run:
+        one_run(args.one_run, args.scale, args.dir)
+        return
     print(f"Python {sys.version.split()[0]}, asyncreader map, asyncio")
     failures = 0
     for tmp in _tmpdir(args.dir):

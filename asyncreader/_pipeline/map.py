@@ -37,7 +37,9 @@ call that finished without the worker awaiting.
 Direct calls. With ``num_parallel_calls=1`` and an async callable source, inline calls skip
 the worker task too: a consumer finding nothing ready and nothing in flight pulls the source
 and calls ``fn`` itself (``_call_direct``) while the worker stands by, which
-saves the two task switches of handing each example over. Nothing is awaited between the
+saves the two task switches of handing each example over; such a take is a cancellation
+point but leaves yielding to the scheduler to the source, as a direct call of the source
+would (a reader with records in memory does not yield). Nothing is awaited between the
 pull and the return, so the stage never holds an example in a consumer that a checkpoint
 would miss; a stop or close cancels a consumer's pull as it would a worker's; a slow call
 wakes the worker, which goes back to threads. An async iterator source stays with the
