@@ -107,7 +107,9 @@ def run_ledger(
     lost = [k for k in expected if ledger[k] == 0]
     twice = {k: n for k, n in ledger.items() if n > 1}
     unknown = [k for k in ledger if k not in expected]
-    assert (len(lost), len(twice), unknown) == (0, 0, []), (lost[:5], twice, status)
+    assert (len(lost), len(twice), unknown) == (0, 0, []), (
+        f"lost {lost[:5]}, twice {twice}, victims {victims}, actor: {status}"
+    )
     assert sum(ledger.values()) == sum(expected.values())
     assert len(status["dead"]) == kills, status
     assert sum(returned for *_, returned in status["events"]) >= kills  # work came back
