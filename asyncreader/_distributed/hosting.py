@@ -229,7 +229,7 @@ class QueueHost:
         except AsyncReaderError as exc:
             return ("error", type(exc).__name__, str(exc))
 
-    def tail_layout(self, client: str, layout: dict[str, Any]) -> tuple[Any, ...]:
+    def tail_layout(self, client: str, layout: dict[str, Any] | None) -> tuple[Any, ...]:
         """A rank's examples' layout (see :meth:`TailPool.layout`)."""
         try:
             self._tail.layout(client, layout)

@@ -26,11 +26,18 @@ batches at once, in rank order: ranks behind the highest count are levelled firs
 batches from the pool, else padded), then rounds of one batch per rank, then the
 remainder. Each rank takes its planned batches in order.
 
+A rank may die after its reader read its last item while what it read still waits in
+its batcher, before the batcher joined the tail: its leases then come back, and a reader
+must be there to read them again. So a reader at the end of the queue also waits for
+every rank with a batcher that holds leases and has not joined (see
+:meth:`TailPool._others_busy`: readers waiting for each other end in rank order, the
+highest first).
+
 No wait is unbounded: a take waits for the pool, the pool for the ranks still pushing,
 and a rank that dies is dropped from the rounds (the lease book's anchor watch or its
 ``lease_timeout``); a batch handed to it and not confirmed by its next take goes back to
 the pool. A rank that never reaches its first batch is waited for ``lease_timeout``
-after the tail began.
+after the tail began, and so is a rank holding leases that does not join.
 
 :class:`EqualSteps` is the rank's side: the batcher's ``dequeue`` calls it.
 """
@@ -190,6 +197,9 @@ class TailPool:
         #: rank's was refused: the pool joins examples along their first dimension only.
         self._layout: tuple[str, dict[str, Any]] | None = None
         self._refused: str | None = None
+        #: Ranks with a batcher of this queue's examples: each joins the tail.
+        self._batching: set[str] = set()
+        self._wake: asyncio.TimerHandle | None = None
         self.dropped = 0
         self.padded = 0
         book.listeners.append(self._rank_gone)
@@ -225,16 +235,20 @@ class TailPool:
 
     # -- ranks ------------------------------------------------------------------------
 
-    def layout(self, client: str, layout: dict[str, Any]) -> None:
+    def layout(self, client: str, layout: dict[str, Any] | None) -> None:
         """``client``'s batcher batches examples of ``layout`` (at its first batch, long
         before the tail): the pool can join its examples with every other rank's only
-        if the components, their dtypes and their shapes are the same.
+        if the components, their dtypes and their shapes are the same. ``None``: the
+        layout is not known yet (no example so far); the rank batches all the same.
 
         Raises:
             InvalidArgumentError: ``layout`` differs from the first rank's (every rank
                 then gets this error from its next call about the tail).
         """
         self._check_refused()
+        self._batching.add(client)
+        if layout is None:
+            return
         if self._layout is None:
             self._layout = (client, layout)
             return
@@ -294,16 +308,54 @@ class TailPool:
             self._tail_since = time.monotonic()
         self._members.setdefault(client, _Member(count, window=window))
         self._notify()
+        self._book.wake()  # readers waiting for it to join look again
 
     def _others_busy(self, client: str) -> bool:
-        """Whether a rank other than ``client`` still moves examples to the pool (its
-        input has not ended) while it reads: if it dies, its items come back, and a
-        reader must be there to take them."""
+        """Whether another live rank may still give items back that ``client``'s reader
+        must then read: a rank in the tail that has not pushed its last example, or a
+        rank with a batcher that holds leases and has not joined the tail yet (what it
+        read waits in its batcher; if it dies, its leases come back).
+
+        Two such ranks whose readers both wait at the end would wait for each other:
+        a reader waits for a rank whose reader waits too only if that rank's number is
+        higher, so the readers end one after the other, the highest first. A rank that
+        has not joined is waited for at most its ``lease_timeout`` after the tail began
+        (it is alive but its batcher is not asked for batches)."""
         book = self._book
-        return any(
-            not m.ended and other != client and not book.taking(other)
-            for other, m in self._members.items()
-        )
+        now = time.monotonic()
+        for other in book.clients():
+            if other == client or other in self._gone:
+                continue
+            member = self._members.get(other)
+            if member is not None:
+                if member.ended:
+                    continue
+            elif (
+                other not in self._batching
+                or not book.holds(other)
+                or not self._still_awaited(other, now)
+            ):
+                continue  # no batcher, nothing to give back, or waited for long enough
+            if book.taking(other) and rank_of(other) < rank_of(client):
+                continue
+            return True
+        return False
+
+    def _still_awaited(self, client: str, now: float) -> bool:
+        """Whether ``client``, not in the tail yet, is within its ``lease_timeout`` of the
+        tail's start; if so, readers waiting for it look again when that time is up."""
+        self.in_tail()
+        since = now if self._tail_since is None else self._tail_since
+        deadline = since + self._book.lease_timeout(client)
+        if now >= deadline:
+            return False
+        wake = self._wake
+        if wake is None or wake.cancelled() or wake.when() > deadline:
+            loop = asyncio.get_running_loop()
+            if wake is not None:
+                wake.cancel()
+            self._wake = loop.call_at(loop.time() + (deadline - now), self._book.wake)
+        return True
 
     def _read_out(self, client: str) -> bool:
         """Whether ``client`` pushed its last example: its items need no reading again
@@ -747,7 +799,10 @@ class EqualSteps:
         queue = batcher._queue
         structure = batcher._structure
         if queue is None or structure is None:
-            return  # no example: nothing of this rank reaches the pool
+            # No example yet: the pool learns only that this rank batches (it joins
+            # the tail; the others' readers wait for it while it holds leases).
+            await self._call("tail_layout", self._backend._client, None)
+            return
         names = list(structure.keys) or [str(i) for i in range(structure.size)]
         components = [
             (repr(name), np.dtype(dtype).str, list(shape))

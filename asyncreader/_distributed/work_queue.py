@@ -193,6 +193,17 @@ class LeaseBook:
         """Whether a reader of ``client`` waits for a work item now."""
         return client in self._takers
 
+    def holds(self, client: str) -> bool:
+        """Whether ``client`` holds a lease (an item read or acknowledged only in part):
+        if it dies, the item comes back."""
+        return any(lease.client == client for lease in self._leases.values())
+
+    def lease_timeout(self, client: str) -> float:
+        """How long ``client`` may be silent before it is declared dead (0: not a live
+        rank)."""
+        rank = self._ranks.get(client)
+        return 0.0 if rank is None else rank.lease_timeout
+
     def clients(self) -> list[str]:
         """The live ranks registered (their client names)."""
         return list(self._ranks)

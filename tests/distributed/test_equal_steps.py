@@ -76,9 +76,13 @@ class Rank:
 class Job:
     """The job's ranks, what they saw, and the work queue's state at the end."""
 
-    def __init__(self, paths: list[str], ranks: int, read_out: bool) -> None:
+    def __init__(self, paths: list[str], ranks: int, read_out: bool, stall: bool = False) -> None:
         self.paths = paths
         self.read_out = read_out  # kill the rank only once it pushed its last example
+        # Kill the rank in its first step, before it joins the tail, once every reader
+        # is at its end (its own read its files into its batcher's queue).
+        self.stall = stall
+        self.held: list[tuple[Any, ...]] = []  # the leases it held then
         self.outs = [Rank() for _ in range(ranks)]
         self.anchors: list[Any] = [None] * ranks
         self.finished = anyio.Event()  # every live rank is done: rank 0 looks at the queue
@@ -137,6 +141,8 @@ async def steps(
         return await reader.read_up_to(work, 16)
 
     common: dict[str, Any] = {"enqueue_many": True, "record_refs": reader, "remainder": remainder}
+    if job.stall:
+        common["capacity"] = 10_000  # its reader never waits for the stalled rank's steps
     if shuffle:
         batcher = ar.maybe_shuffle_batch(source, BATCH, 200, 20, keep, seed=1, **common)
     else:
@@ -147,6 +153,9 @@ async def steps(
         out.padding.append(batcher.statistics().last_batch_padding)
         await anyio.sleep(delay)  # the training step
         tail = batcher._steps
+        if stop_in_tail and job.stall:
+            await stall(job, sess, rank, work)
+            return
         if stop_in_tail and tail._joined and (not job.read_out or tail.pushed_all):
             # Its first batch from the pool: it hangs in the step, unacknowledged,
             # and is killed.
@@ -161,6 +170,34 @@ async def steps(
     out.settled.set()
 
 
+async def stall(job: Job, sess: ar.Session, rank: int, work: Any) -> None:
+    """Hold the first batch, unacknowledged, in a step that lasts until every reader
+    waits at its end or has ended and the other ranks have joined the tail; then the
+    rank counts as stopped (it is killed) with its records in its batcher's queue."""
+    out = job.outs[rank]
+    mine = f"{rank}-"
+    with anyio.fail_after(30):
+        while True:
+            await anyio.sleep(0.05)
+            leases = (await ask(work, "lease_status"))["leases"]
+            tail = await ask(work, "tail_status")
+            joined = [c for c in tail["counts"] if not c.startswith(mine)]
+            if (
+                tail["tail"]
+                and len(joined) == len(job.outs) - 1
+                and not any(reading for *_, reading in leases)
+            ):
+                break
+    await anyio.sleep(0.5)  # the others' readers end now, unless they wait for it
+    job.held = [
+        lease for lease in (await ask(work, "lease_status"))["leases"] if lease[0].startswith(mine)
+    ]
+    job.anchors[rank] = anchor_of(sess)
+    out.stopped.set()
+    out.settled.set()
+    await job.looked.wait()  # (a dead process would end here)
+
+
 async def run_job(
     root: Path,
     namespace: str,
@@ -171,10 +208,14 @@ async def run_job(
     sizes: list[int],
     kill: int | None = None,
     read_out: bool = False,
+    stall: bool = False,
+    job: Job | None = None,
 ) -> tuple[list[Rank], list[bytes], Any, dict[bytes, int], dict[bytes, int]]:
     paths, _ = await write_files(root, sizes)
     cluster = ar.RayCluster(namespace=namespace)
-    job = Job(paths, ranks, read_out)
+    if job is None:
+        job = Job(paths, ranks, read_out, stall)
+    job.paths = paths
     with anyio.fail_after(90):
         async with anyio.create_task_group() as tg:
             for r in range(ranks):
@@ -279,6 +320,33 @@ async def test_a_rank_killed_in_the_tail_leaves_the_others_equal(
     assert len(tail["gone"]) == 1, tail
     acked = tuple(k for b in outs[2].batches[:-1] for k in b if k)
     check_job(outs, expected, tail, ledger, drops, remainder, [0, 1], acked)
+
+
+@pytest.mark.both_backends
+async def test_a_rank_killed_before_it_joins_the_tail_loses_nothing(
+    namespace: str, tmp_path: Path
+) -> None:
+    # Rank 2 holds its first batch, unacknowledged, in a long step; meanwhile its reader
+    # reads its files to the end into its batcher's queue, and the others join the tail.
+    # It is killed before its batcher joins the tail: its leases come back, and the
+    # others' readers (which waited for it instead of ending) read its records again.
+    job = Job([], 3, read_out=False, stall=True)
+    outs, expected, tail, ledger, drops = await run_job(
+        tmp_path,
+        namespace,
+        ranks=3,
+        shuffle=False,
+        remainder="drop",
+        sizes=[30, 25, 31, 29, 27, 12, 20, 33],
+        kill=2,
+        job=job,
+    )
+    assert outs[2].stopped.is_set()
+    assert job.held  # it held leases when it died
+    assert all(not reading for *_, reading in job.held)  # read to the end
+    assert (outs[0].error, outs[1].error) == (None, None)
+    assert len(tail["gone"]) == 1, tail
+    check_job(outs, expected, tail, ledger, drops, "drop", [0, 1])
 
 
 @pytest.mark.both_backends
