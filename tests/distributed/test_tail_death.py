@@ -17,6 +17,7 @@ import anyio
 import pytest
 
 import asyncreader as ar
+from asyncreader._distributed.schedule import Schedule
 from asyncreader._distributed.tail import TailPool
 from asyncreader._distributed.work_queue import LeaseBook, Rank
 
@@ -26,13 +27,17 @@ LAYOUT: dict[str, Any] = {"batcher": "batch", "structure": None, "describe": "x"
 CONFIG = (2, "drop", 2)
 
 
-async def _job(lease_timeout: float = 60.0) -> tuple[LeaseBook, TailPool, Any, Any]:
+async def _job(
+    lease_timeout: float = 60.0, *, deterministic: bool = False
+) -> tuple[LeaseBook, TailPool, Any, Any]:
     """Two ranks with a batcher each; rank 0 leased part-0 (3 records), rank 1 part-1
     (6 records); rank 1 read part-1 to the end and acknowledged 2 of its records."""
     queue = ar.FIFOQueue(None)
     await queue.enqueue_many(["part-0", "part-1"])
     await queue.close()
     book = LeaseBook(queue, "files")
+    if deterministic:
+        book.schedule = Schedule(2)  # rank r reads items r, r + 2, ...
     pool = TailPool(book, queue, "files")
     for client in ("0-a", "1-b"):
         book._ranks[client] = Rank(lease_timeout, time.monotonic())  # registered (no anchor)
@@ -61,8 +66,11 @@ async def _ended(reader: asyncio.Future[Any]) -> None:
         await reader
 
 
-async def test_a_rank_dying_before_it_joins_the_tail_gives_its_records_back() -> None:
-    book, _, got0, reader1 = await _job()
+@pytest.mark.parametrize("deterministic", [False, True])
+async def test_a_rank_dying_before_it_joins_the_tail_gives_its_records_back(
+    deterministic: bool,
+) -> None:
+    book, _, got0, reader1 = await _job(deterministic=deterministic)
     replies: list[Any] = []
 
     async def rank0_reads_on() -> None:
