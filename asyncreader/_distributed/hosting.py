@@ -78,8 +78,11 @@ class QueueHost:
         self._clients.add(client)
         return type(self._queue).__name__, self._queue._shared_config()
 
-    def detach(self, client: str, confirm: list[int]) -> int:
-        """Let go of a client: confirm its results, withdraw its running calls."""
+    def detach(self, client: str, confirm: list[int]) -> tuple[int, str | None]:
+        """Let go of a client: confirm its results, withdraw its running calls. Return how
+        many clients are left, and what the job lost if items given back by dead ranks
+        can no longer be read (the leaving rank may have nothing more to acknowledge,
+        which is where it would hear of it otherwise)."""
         self._confirm(client, confirm)
         for key, task in list(self._running.items()):
             if key[0] == client:
@@ -89,7 +92,7 @@ class QueueHost:
             self._return(*self._in_doubt.pop(key))
         self._leases.left(client)
         self._clients.discard(client)
-        return len(self._clients)
+        return len(self._clients), self._leases.stranded(leaving=client)
 
     def _return(self, result: Any, many: bool | None) -> None:
         """Undo a dequeue (``many``: a batched one) or, ``many is None``, a lease."""

@@ -14,6 +14,7 @@ import anyio.to_thread
 from .. import _errors
 from .._errors import (
     AsyncReaderError,
+    DataLossError,
     FailedPreconditionError,
     InvalidArgumentError,
     OutOfRangeError,
@@ -383,11 +384,25 @@ class RayBackend:
             await anyio.to_thread.run_sync(heartbeat.stop)
         queues, self._queues = list(self._queues.values()), {}
         timeout = self._cluster.connect_timeout
+        lost: list[str] = []
         for queue in queues:
             queue._detached = True
             with contextlib.suppress(AsyncReaderError), anyio.move_on_after(timeout):
                 confirm, queue._confirm = queue._confirm, []
-                await self._wait(queue._actor.detach.remote(self._client, confirm), queue.name)
+                _, stranded = await self._wait(
+                    queue._actor.detach.remote(self._client, confirm), queue.name
+                )
+                if stranded is not None:
+                    lost.append(stranded)
+        await self._leave()
+        if lost:
+            # A rank that leaves having acknowledged its last records hears of the loss
+            # here rather than never.
+            raise DataLossError("; ".join(lost))
+
+    async def _leave(self) -> None:
+        """Leave the job (its last rank out deletes its actors), then end this rank's anchor."""
+        timeout = self._cluster.connect_timeout
         job, self._job = self._job, None
         if job is None:
             return

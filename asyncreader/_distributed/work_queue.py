@@ -85,6 +85,8 @@ class Lease:
     pooled: set[bytes] = dataclasses.field(default_factory=set)
     #: The item's number in a deterministic job's schedule (-1: none).
     position: int = -1
+    #: Given back by a rank that died (not a grant withdrawn, nor a restore).
+    orphaned: bool = False
 
 
 @dataclasses.dataclass(eq=False)
@@ -112,6 +114,7 @@ class LeaseBook:
         self._next_id = 0
         self._ranks: dict[str, Rank] = {}
         self._fenced: dict[str, str] = {}  # client -> why it was declared dead
+        self._told: set[str] = set()  # clients an ack raised a loss to (_check_stranded)
         self._changed = asyncio.Event()
         self._watchdog: asyncio.Task[None] | None = None
         self._ledger: collections.Counter[bytes] | None = None
@@ -287,6 +290,7 @@ class LeaseBook:
                 self._release(lease)
             back = []
         for lease in reversed(back):
+            lease.orphaned = True
             self._give_back(lease)
         self.events.append((time.time(), client, why, len(back)))
         for listener in self.listeners:
@@ -681,7 +685,7 @@ class LeaseBook:
             if not lease.reading and len(lease.consumed) >= lease.offset:
                 done.append(lease.lid)
                 self._settle(lease)
-        self._check_stranded()  # after recording this step: it was delivered
+        self._check_stranded(client)  # after recording this step: it was delivered
         return done
 
     def _match(self, keys: list[bytes]) -> list[tuple[Lease, list[bytes]]]:
@@ -726,24 +730,46 @@ class LeaseBook:
             if lease.lid in self._leases and not lease.reading:
                 self._settle(lease)
 
-    def _check_stranded(self) -> None:
-        """Raise when items given back by dead ranks can no longer be read: every reader
-        has ended (the queue is closed and empty, nobody reads or takes an item).
+    def _check_stranded(self, client: str) -> None:
+        """Raise to ``client`` when items given back by dead ranks can no longer be read
+        (see :meth:`stranded`).
 
         Raises:
             DataLossError: naming the items and how many of their records are unacked.
         """
+        message = self.stranded()
+        if message is not None:
+            self._told.add(client)
+            raise DataLossError(message)
+
+    def stranded(self, *, leaving: str | None = None) -> str | None:
+        """What was lost when items given back by dead ranks can no longer be read: every
+        reader has ended (the queue is closed and empty, nobody reads or takes an item).
+        ``None`` when nothing is lost (yet).
+
+        Args:
+            leaving: A client leaving the job, for whom the loss is its last news: only
+                when a dead rank's leases are among those items (not merely items of a
+                restore, or of a share a rank left unread, in a job whose ranks stop
+                early), and unless an acknowledgement of the client raised it already.
+        """
+        if leaving is not None and (
+            leaving in self._told
+            or leaving in self._fenced  # it lost them itself
+            or not any(lease.orphaned for lease in self._pending)
+        ):
+            return None
         if (
             not self._pending
             or self._taking
             or any(lease.reading for lease in self._leases.values())
         ):
-            return
+            return None
         queue = self._queue
         if not (queue.is_closed() and queue.size() == 0):
-            return
+            return None
         items = [(lease.item, lease.offset - len(lease.consumed)) for lease in self._pending]
-        raise DataLossError(
+        return (
             f"queue '{self._name}': {len(items)} work item(s) given back by dead ranks "
             f"({', '.join(sorted(set(self._fenced.values())))}) after every reader had "
             f"ended; their unacknowledged records are not delivered in this epoch "

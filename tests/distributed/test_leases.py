@@ -7,6 +7,7 @@ the queue sees it. ``test_ledger.py`` kills real rank processes.
 
 from __future__ import annotations
 
+import contextlib
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -274,6 +275,43 @@ async def test_a_rank_dying_after_every_reader_ended_is_a_data_loss_not_silence(
             with pytest.raises(ar.DataLossError, match=r"1 work item\(s\) given back") as info:
                 await s0.ack([])
             assert paths[1] in str(info.value)
+
+
+async def test_a_rank_that_acknowledged_everything_hears_of_a_loss_when_it_leaves(
+    ray_env: RayEnv, namespace: str, tmp_path: Path
+) -> None:
+    # As above, but rank 0 has made its last acknowledgement when rank 1 dies: leaving
+    # the session raises the loss (the job's records were not all delivered), once.
+    paths, _ = await write_files(tmp_path, [20, 20])
+    cluster = ar.RayCluster(namespace=namespace)
+    async with ar.Session(cluster=cluster, rank=1, world_size=2) as s1:
+        s0 = ar.Session(cluster=cluster, rank=0, world_size=2)
+        async with contextlib.AsyncExitStack() as stack:
+            await stack.enter_async_context(s0)
+            with anyio.fail_after(60):
+                work0 = in_session(s0, lambda: ar.FIFOQueue(None, shared_name="files"))
+                work1 = in_session(s1, lambda: ar.FIFOQueue(None, shared_name="files"))
+                await work0.enqueue_many(paths)
+                await work0.close()
+                reader0, reader1 = ar.TFRecordReader(), ar.TFRecordReader()
+                got0, _ = await reader0.read_up_to(work0, 100)
+                got1, _ = await reader1.read_up_to(work1, 100)
+
+                async def end(reader: ar.TFRecordReader, work: Any) -> None:
+                    with pytest.raises(ar.OutOfRangeError):
+                        await reader.read(work)
+
+                async with anyio.create_task_group() as tg:  # every file read
+                    tg.start_soon(end, reader1, work1)
+                    tg.start_soon(end, reader0, work0)
+                await s0.ack(got0)  # rank 0's last acknowledgement
+                await s1.ack(got1[:5])  # rank 1 dies with 15 records unacknowledged
+                await anyio.to_thread.run_sync(ray_env.ray.kill, anchor_of(s1))
+                await until_dead(work0)
+            exit_stack = stack.pop_all()
+        with pytest.raises(ar.DataLossError, match=r"1 work item\(s\) given back") as info:
+            await exit_stack.aclose()  # rank 0 leaves
+        assert paths[1] in str(info.value)
 
 
 async def test_when_the_last_rank_inside_dies_the_job_deletes_itself(
