@@ -239,6 +239,39 @@ async def test_a_silent_rank_times_out_and_is_fenced(namespace: str, tmp_path: P
             await s0.ack(rest)
 
 
+async def read_to_the_end_then_kill_rank_1(
+    ray_env: RayEnv, s0: ar.Session, s1: ar.Session, paths: list[str]
+) -> Any:
+    """Ranks 0 and 1 each lease a file and read the queue to its end (both readers end),
+    rank 0 acknowledges everything and rank 1 five records; then rank 1 dies. Return
+    rank 0's work queue."""
+    with anyio.fail_after(60):
+        work0 = in_session(s0, lambda: ar.FIFOQueue(None, shared_name="files"))
+        work1 = in_session(s1, lambda: ar.FIFOQueue(None, shared_name="files"))
+        await work0.enqueue_many(paths)
+        await work0.close()
+        reader0, reader1 = ar.TFRecordReader(), ar.TFRecordReader()
+        got0, _ = await reader0.read_up_to(work0, 100)
+        got1, _ = await reader1.read_up_to(work1, 100)
+        ended: list[str] = []
+
+        async def end(reader: ar.TFRecordReader, work: Any) -> None:
+            try:
+                await reader.read(work)
+            except ar.OutOfRangeError:
+                ended.append("ended")
+
+        async with anyio.create_task_group() as tg:  # every file read: both end
+            tg.start_soon(end, reader1, work1)  # waits while rank 0 still reads
+            tg.start_soon(end, reader0, work0)
+        assert ended == ["ended", "ended"]
+        await s0.ack(got0)
+        await s1.ack(got1[:5])  # rank 1 dies with 15 records in its buffer
+        await anyio.to_thread.run_sync(ray_env.ray.kill, anchor_of(s1))
+        await until_dead(work0)
+    return work0
+
+
 async def test_a_rank_dying_after_every_reader_ended_is_a_data_loss_not_silence(
     ray_env: RayEnv, namespace: str, tmp_path: Path
 ) -> None:
@@ -248,33 +281,10 @@ async def test_a_rank_dying_after_every_reader_ended_is_a_data_loss_not_silence(
         ar.Session(cluster=cluster, rank=0, world_size=2) as s0,
         ar.Session(cluster=cluster, rank=1, world_size=2) as s1,
     ):
-        with anyio.fail_after(60):
-            work0 = in_session(s0, lambda: ar.FIFOQueue(None, shared_name="files"))
-            work1 = in_session(s1, lambda: ar.FIFOQueue(None, shared_name="files"))
-            await work0.enqueue_many(paths)
-            await work0.close()
-            reader0, reader1 = ar.TFRecordReader(), ar.TFRecordReader()
-            got0, _ = await reader0.read_up_to(work0, 100)
-            got1, _ = await reader1.read_up_to(work1, 100)
-            ended: list[str] = []
-
-            async def end(reader: ar.TFRecordReader, work: Any) -> None:
-                try:
-                    await reader.read(work)
-                except ar.OutOfRangeError:
-                    ended.append("ended")
-
-            async with anyio.create_task_group() as tg:  # every file read: both end
-                tg.start_soon(end, reader1, work1)  # waits while rank 0 still reads
-                tg.start_soon(end, reader0, work0)
-            assert ended == ["ended", "ended"]
-            await s0.ack(got0)
-            await s1.ack(got1[:5])  # rank 1 dies with 15 records in its buffer
-            await anyio.to_thread.run_sync(ray_env.ray.kill, anchor_of(s1))
-            await until_dead(work0)
-            with pytest.raises(ar.DataLossError, match=r"1 work item\(s\) given back") as info:
-                await s0.ack([])
-            assert paths[1] in str(info.value)
+        await read_to_the_end_then_kill_rank_1(ray_env, s0, s1, paths)
+        with pytest.raises(ar.DataLossError, match=r"1 work item\(s\) given back") as info:
+            await s0.ack([])
+        assert paths[1] in str(info.value)
 
 
 async def test_a_rank_that_acknowledged_everything_hears_of_a_loss_when_it_leaves(
@@ -285,32 +295,12 @@ async def test_a_rank_that_acknowledged_everything_hears_of_a_loss_when_it_leave
     paths, _ = await write_files(tmp_path, [20, 20])
     cluster = ar.RayCluster(namespace=namespace)
     async with ar.Session(cluster=cluster, rank=1, world_size=2) as s1:
-        s0 = ar.Session(cluster=cluster, rank=0, world_size=2)
         async with contextlib.AsyncExitStack() as stack:
-            await stack.enter_async_context(s0)
-            with anyio.fail_after(60):
-                work0 = in_session(s0, lambda: ar.FIFOQueue(None, shared_name="files"))
-                work1 = in_session(s1, lambda: ar.FIFOQueue(None, shared_name="files"))
-                await work0.enqueue_many(paths)
-                await work0.close()
-                reader0, reader1 = ar.TFRecordReader(), ar.TFRecordReader()
-                got0, _ = await reader0.read_up_to(work0, 100)
-                got1, _ = await reader1.read_up_to(work1, 100)
-
-                async def end(reader: ar.TFRecordReader, work: Any) -> None:
-                    with pytest.raises(ar.OutOfRangeError):
-                        await reader.read(work)
-
-                async with anyio.create_task_group() as tg:  # every file read
-                    tg.start_soon(end, reader1, work1)
-                    tg.start_soon(end, reader0, work0)
-                await s0.ack(got0)  # rank 0's last acknowledgement
-                await s1.ack(got1[:5])  # rank 1 dies with 15 records unacknowledged
-                await anyio.to_thread.run_sync(ray_env.ray.kill, anchor_of(s1))
-                await until_dead(work0)
-            exit_stack = stack.pop_all()
+            s0 = await stack.enter_async_context(ar.Session(cluster=cluster, rank=0, world_size=2))
+            await read_to_the_end_then_kill_rank_1(ray_env, s0, s1, paths)
+            leave = stack.pop_all()
         with pytest.raises(ar.DataLossError, match=r"1 work item\(s\) given back") as info:
-            await exit_stack.aclose()  # rank 0 leaves
+            await leave.aclose()  # rank 0 leaves
         assert paths[1] in str(info.value)
 
 
