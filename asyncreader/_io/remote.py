@@ -14,9 +14,9 @@ fsspec's own event loop, ahead of the reader, in a window bounded in bytes:
   seek followed by a short read (records read again by key) fetches little more than it
   asked for.
 
-Opening a file costs one round trip: where the client can tell (obstore, s3fs), the file's
-size comes from the ``Content-Range`` of the answer to the first range request, whose body
-is the file's first part; other clients (HTTP) ask for the size first. Files can also be opened
+Opening a file costs one round trip: where the client can tell (obstore), the file's size
+comes from the ``Content-Range`` of the answer to the first range request, whose body is
+the file's first part; other clients ask for the size first. Files can also be opened
 ahead of their reader (``wait=False``, see
 :func:`~asyncreader._io.filesystem.prefetch_work_item`): their first windows are then
 fetched at once, while the reader reads the file before them, within one window that
@@ -45,7 +45,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import errno
 import functools
 import random
 import threading
@@ -334,40 +333,7 @@ class FsspecClient:
         return None
 
     async def first(self, start: int, end: int) -> tuple[int, Callable[[], Awaitable[Any]]] | None:
-        # fsspec's ranged reads do not tell the file's size; s3fs's client call does (the
-        # answer's Content-Range): one round trip per file less than asking for it first.
-        # Other filesystems ask for the size apart.
-        call = getattr(self._fs, "_call_s3", None)
-        split = getattr(self._fs, "split_path", None)
-        if call is None or split is None:
-            return None
-        bucket, key, version = split(self._path)
-        try:
-            answer = await call(
-                "get_object",
-                Bucket=bucket,
-                Key=key,
-                Range=f"bytes={start}-{end - 1}",
-                **({"VersionId": version} if version else {}),
-            )
-        except OSError as exc:
-            if exc.errno == errno.EINVAL:
-                return None  # range not satisfiable: an empty file, its size asked apart
-            raise
-        stream = answer["Body"]
-        total = answer.get("ContentRange", "").rpartition("/")[2]
-        if not total.isdigit():
-            stream.close()
-            return None
-
-        async def body() -> bytes:
-            try:
-                data: bytes = await stream.read()
-                return data
-            finally:
-                stream.close()
-
-        return int(total), body
+        return None  # fsspec's ranged reads do not tell the size: asked for apart
 
     async def size(self) -> int | None:
         size = (await self._fs._info(self._path)).get("size")

@@ -331,8 +331,8 @@ def _patient(read_ahead: int = 1 << 20) -> None:
 
 
 def test_an_object_is_opened_by_its_first_range_request(proxy: FaultProxy, client: str) -> None:
-    # Both clients learn the size from the first range answer's Content-Range: no HEAD,
-    # one round trip per file less than asking for the size first.
+    # obstore learns the size from the first range answer's Content-Range: no HEAD, one
+    # round trip per file less; s3fs asks for the size apart.
     from asyncreader._io.filesystem import open_work_item
 
     _patient()
@@ -348,7 +348,7 @@ def test_an_object_is_opened_by_its_first_range_request(proxy: FaultProxy, clien
     part = 256 << 10  # read_ahead 1 MiB over 4 requests
     asked = "\n".join(line.decode(errors="replace") for line in proxy.request_lines)
     assert len(gets) == -(-len(data) // part), asked
-    assert len(heads) == 0, asked
+    assert len(heads) == (0 if client == "obstore" else 1), asked
 
 
 @pytest.mark.both_backends
@@ -513,8 +513,7 @@ async def test_with_quick_answers_only_the_next_file_is_opened_ahead(
                     filesystem._ahead[urls[2]].deferred and filesystem._ahead[urls[3]].deferred
                 ):
                     await anyio.sleep(0.01)
-            # Files 2 and 3 are deferred once file 1's open has answered; its range
-            # requests after the first may not have reached the server yet.
+            # s3fs asks for the size first: file 1's range request follows its answer.
             with anyio.move_on_after(5):
                 while _gets_of(proxy, 1) < 1:  # noqa: ASYNC110
                     await anyio.sleep(0.01)
@@ -547,8 +546,8 @@ async def test_the_files_opened_ahead_share_one_window(proxy: FaultProxy) -> Non
                 while not filesystem._ahead[urls[3]].deferred:  # noqa: ASYNC110
                     await anyio.sleep(0.01)
             assert _gets_of(proxy, 3) == 0
-            # File 2's open has asked for its share; its requests after the first may
-            # not have reached the server yet.
+            # File 2's open has asked for its share; where the client asks in parts
+            # (s3fs), its later parts may not have reached the server yet.
             with anyio.move_on_after(5):
                 while sum(_asked_of(proxy, f) for f in (1, 2)) < window:  # noqa: ASYNC110
                     await anyio.sleep(0.01)
@@ -567,11 +566,13 @@ async def test_the_files_opened_ahead_share_one_window(proxy: FaultProxy) -> Non
 
 @pytest.mark.both_backends
 async def test_a_file_read_from_its_start_asks_for_its_window_at_once(
-    proxy: FaultProxy,
+    proxy: FaultProxy, client: str
 ) -> None:
     # The reader's first file (not opened ahead) asks for its whole window (1 MiB) in its
     # first request: one round trip. A reader restored mid-file does not: it seeks at
     # once, and asks for the bytes from there.
+    if client != "obstore":
+        pytest.skip("s3fs asks for the size apart: its requests are parts of the window")
     _patient()
     urls = _urls()[:1]
     with anyio.fail_after(30):
