@@ -343,12 +343,16 @@ def test_an_object_is_opened_by_its_first_range_request(proxy: FaultProxy, clien
         assert f.read(len(data)) == data
     finally:
         f.close()
-    heads = [line for line in proxy.request_lines if line.startswith(b"HEAD ")]
-    gets = [line for line in proxy.request_lines if line.startswith(b"GET ")]
+    # Distinct requests: now and then, on a busy machine, one request fails on its
+    # connection and is asked for again (the same request line twice; every byte still
+    # comes once). The open is what is counted here, not the retries.
+    asked = set(proxy.request_lines)
+    heads = [line for line in asked if line.startswith(b"HEAD ")]
+    gets = [line for line in asked if line.startswith(b"GET ")]
     part = 256 << 10  # read_ahead 1 MiB over 4 requests
-    asked = "\n".join(line.decode(errors="replace") for line in proxy.request_lines)
-    assert len(gets) == -(-len(data) // part), asked
-    assert len(heads) == (0 if client == "obstore" else 1), asked
+    lines = "\n".join(line.decode(errors="replace") for line in proxy.request_lines)
+    assert len(gets) == -(-len(data) // part), lines
+    assert len(heads) == (0 if client == "obstore" else 1), lines
 
 
 @pytest.mark.both_backends
