@@ -321,17 +321,19 @@ async def test_inline_calls_keep_the_error_policy_and_dead_letters() -> None:
 
 
 @pytest.mark.both_backends
-async def test_a_checkpoint_mid_stream_of_inline_calls_restores_exactly() -> None:
+@pytest.mark.parametrize("parallel", [1, 3])
+async def test_a_checkpoint_mid_stream_of_inline_calls_restores_exactly(parallel: int) -> None:
+    # parallel=1: the consumer calls fn itself (test_map_direct.py); 3: the workers do.
     with anyio.fail_after(20):
         async with ar.Session(deterministic=True) as sess:
-            stage = ar.map(negate, _tracked_numbers(sess, 120), 3)
+            stage = ar.map(negate, _tracked_numbers(sess, 120), parallel)
             head = [await stage() for _ in range(50)]
-            assert stage.statistics().calls_inline > 0
+            assert stage.statistics().calls_inline > (20 if parallel == 1 else 0)
             checkpoint = await sess.checkpoint()
             rest = [x async for x in stage]
         assert head + rest == [-i for i in range(120)]
         async with ar.Session(restore=checkpoint, deterministic=True) as sess:
-            stage = ar.map(negate, _tracked_numbers(sess, 120), 3)
+            stage = ar.map(negate, _tracked_numbers(sess, 120), parallel)
             assert [x async for x in stage] == rest
 
 

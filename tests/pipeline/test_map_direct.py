@@ -175,21 +175,6 @@ def negate(x: int) -> int:
 
 
 @pytest.mark.both_backends
-async def test_a_checkpoint_mid_stream_restores_exactly() -> None:
-    with anyio.fail_after(20):
-        async with ar.Session(deterministic=True) as sess:
-            stage = ar.map(negate, _tracked_numbers(sess, 120), 1)
-            head = [await stage() for _ in range(50)]
-            assert stage.statistics().calls_inline > 20
-            checkpoint = await sess.checkpoint()
-            rest = [x async for x in stage]
-        assert head + rest == [-i for i in range(120)]
-        async with ar.Session(restore=checkpoint, deterministic=True) as sess:
-            stage = ar.map(negate, _tracked_numbers(sess, 120), 1)
-            assert [x async for x in stage] == rest
-
-
-@pytest.mark.both_backends
 async def test_a_checkpoint_while_the_consumer_waits_in_the_source_restores_exactly() -> None:
     # The consumer holds nothing while it waits in the source: the checkpoint does not wait
     # for it, and the example it gets afterwards is the one a restore starts with.
