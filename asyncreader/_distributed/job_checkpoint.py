@@ -14,7 +14,10 @@ those ranks wait in the checkpoint for it. So while a checkpoint waits, the barr
 tells the queues' actors which ranks are missing, and such a waiting lease call returns
 to its rank, which takes part from there with its tracked states as they are (see
 ``LeaseBook.checkpoint_wanted``) and then waits for work again: its part of the
-checkpoint is a rank waiting for work, which is what a restore of it gives.
+checkpoint is a rank waiting for work, which is what a restore of it gives. A reader in
+a background task takes part the same way while the acknowledging task waits for input
+(see ``input_waits``); the rank's own later ``checkpoint()`` call of that number gets
+the same answer.
 
 A rank that does not arrive within ``timeout`` fails the others with
 :class:`TimeoutError`; a rank known dead (its anchor actor ended) fails them at once with

@@ -9,6 +9,7 @@ import uuid
 from typing import TYPE_CHECKING, Any
 
 import anyio
+import anyio.lowlevel
 import anyio.to_thread
 
 from .. import _errors
@@ -21,6 +22,7 @@ from .._errors import (
     QueueClosedError,
 )
 from .._queues.base import QueueBase
+from .._runtime import input_waits
 from .._runtime.resources import check_shared_config
 from .awaiting import wait_ref
 from .cluster import ACTOR_PREFIX, JOB_ACTOR, kill_actors
@@ -83,10 +85,16 @@ class RayBackend:
         self._job: Any = None
         self._anchor: Any = None
         self._heartbeat: Heartbeat | None = None
-        # Job checkpoints: the queues' parts of the one restored, by actor name; how
-        # many checkpoints this rank took part in.
+        # Job checkpoints: the queues' parts of the one restored, by actor name; the
+        # highest checkpoint number this rank took part in; how many times checkpoint()
+        # was called; the answers of those it took part in from a waiting reader, by
+        # number, for the call that comes later (see join_checkpoint).
         self._restoring: dict[str, Any] = {}
         self._checkpoint_count = 0
+        self._checkpoint_calls = 0
+        self._joined: dict[int, tuple[Any, ...]] = {}
+        # Set while a waiting reader takes part: acknowledgements wait (the cut).
+        self._joining: anyio.Event | None = None
         # This rank's part of a job checkpoint (its tracked states), and the task that
         # acknowledges its steps (the one that calls checkpoint()).
         self._part: Callable[[], dict[str, Any]] = dict
@@ -218,7 +226,16 @@ class RayBackend:
                 was acknowledged before; nothing is recorded then.
             FailedPreconditionError: this rank was declared dead.
         """
-        self._acker = anyio.get_current_task().id
+        acker = anyio.get_current_task().id
+        if acker != self._acker:
+            if self._acker is not None:
+                input_waits.unwatch(self._acker)
+            self._acker = acker
+            input_waits.watch(acker)
+        while self._joining is not None:
+            # A reader takes part in a job checkpoint for this rank: no acknowledgement
+            # may fall between its part and the queues' snapshot.
+            await self._joining.wait()
         plans = []
         rest = [key for key in keys if key]  # padded rows of the tail have no key
         for queue in list(self._queues.values()):
@@ -304,20 +321,29 @@ class RayBackend:
                 "the job checkpoint of a Session with a cluster is taken inside its async "
                 "with block"
             )
+        number = self._checkpoint_calls = self._checkpoint_calls + 1
+        joined = self._joined.pop(number, None)
+        if joined is not None:
+            # A waiting reader took part in this one for the rank: its answer.
+            await anyio.lowlevel.checkpoint()
+            return self._checkpoint_answer(joined)
+        self._checkpoint_count = max(self._checkpoint_count, number)
         await self.ack([])  # report every reader's position: a restore seeks there
-        number = self._checkpoint_count = self._checkpoint_count + 1
         queues = self._queue_actors()
         ref = self._job.arrive.remote(number, self.rank, self.world_size, part, queues, timeout)
         # The actor answers by the timeout; the margin covers the cut itself.
         limit = None if timeout is None else timeout + 2 * self._cluster.health_interval
         with anyio.move_on_after(limit):
-            reply = await self._wait(ref, "job", self._job)
-            if reply[0] == "ok":
-                return reply[1]
-            if reply[1] == "TimeoutError":
-                raise TimeoutError(reply[2])
-            raise _error(reply[1], reply[2])
+            return self._checkpoint_answer(await self._wait(ref, "job", self._job))
         raise TimeoutError(f"job checkpoint {number}: no answer within {limit:g} s")
+
+    @staticmethod
+    def _checkpoint_answer(reply: tuple[Any, ...]) -> Any:
+        if reply[0] == "ok":
+            return reply[1]
+        if reply[1] == "TimeoutError":
+            raise TimeoutError(reply[2])
+        raise _error(reply[1], reply[2])
 
     def _queue_actors(self) -> dict[str, Any]:
         """The actors of the shared queues this rank uses, by name (for a checkpoint)."""
@@ -331,9 +357,13 @@ class RayBackend:
         waits for the other ranks' items and they wait in the checkpoint for this rank.
 
         Only when the waiting reader runs in the task that acknowledges this rank's
-        steps (so that task cannot call ``checkpoint()`` itself now); the rank's part is
-        its tracked states as they are. A failed checkpoint fails on the ranks that
-        called it; the reader just waits on.
+        steps, or that task waits for input (a queue's or a batcher's next elements,
+        which only the rank's readers could make): it cannot call ``checkpoint()`` now,
+        and holds no step in progress. The rank's part is its tracked states as they
+        are; acknowledgements wait until the queues' snapshot is taken. The answer is
+        kept for the rank's own ``checkpoint()`` call of that number, which returns it
+        at once. A failed checkpoint fails on the ranks that called it; the reader
+        just waits on.
 
         Returns:
             Whether the rank took part.
@@ -341,16 +371,25 @@ class RayBackend:
         Raises:
             FailedPreconditionError: the job's actor died.
         """
-        if self._acker is not None and self._acker != anyio.get_current_task().id:
+        acker = self._acker
+        current = anyio.get_current_task().id
+        if acker is not None and acker != current and not input_waits.is_waiting(acker):
             return False  # the rank's acknowledging task is free: it calls checkpoint()
-        if number <= self._checkpoint_count:
+        if number <= self._checkpoint_count or self._joining is not None:
             return False  # the rank arrived there already
         self._checkpoint_count = number
         queues = self._queue_actors()
-        ref = self._job.arrive.remote(
-            number, self.rank, self.world_size, self._part(), queues, None
-        )
-        reply = await self._wait(ref, "job", self._job)
+        joining = self._joining = anyio.Event()
+        try:
+            ref = self._job.arrive.remote(
+                number, self.rank, self.world_size, self._part(), queues, None
+            )
+            reply = await self._wait(ref, "job", self._job)
+        finally:
+            self._joining = None
+            joining.set()
+        if number > self._checkpoint_calls:
+            self._joined[number] = tuple(reply)
         return bool(reply[0] == "ok")
 
     async def _lease_client(self, queue: RemoteQueue) -> LeaseClient:
@@ -379,6 +418,8 @@ class RayBackend:
         return LeaseClient(queue)
 
     async def aclose(self) -> None:
+        if self._acker is not None:
+            input_waits.unwatch(self._acker)
         heartbeat, self._heartbeat = self._heartbeat, None
         if heartbeat is not None:
             await anyio.to_thread.run_sync(heartbeat.stop)

@@ -35,6 +35,7 @@ from .._queues.padding import PaddingFIFOQueue
 from .._queues.random_shuffle import RandomShuffleQueue, deterministic_shuffle_queue
 from .._queues.record_refs import RecordRefs, as_record_refs
 from .._records.batch import RecordBatch
+from .._runtime import input_waits
 from .._runtime.checkpoint import owned_resources
 from .._runtime.context import current_checkpointer, current_session
 from .._runtime.queue_runner import QueueRunner
@@ -567,7 +568,12 @@ class Batcher(Generic[BatchT]):
         if steps is None:
             steps = self._steps = self._equal_steps()
         if steps:
-            comps = await steps.next()
+            # Waiting here, a rank's acknowledging task holds no step (see input_waits).
+            waiter = input_waits.enter() if input_waits.watched else None
+            try:
+                comps = await steps.next()
+            finally:
+                input_waits.leave(waiter)
             self._batches += 1
             ranked: BatchT = self._structure_or_fail().pack(comps)
             return ranked

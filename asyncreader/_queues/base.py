@@ -40,6 +40,7 @@ from .._errors import (
     OutOfRangeError,
     QueueClosedError,
 )
+from .._runtime import input_waits
 from .._runtime.checkpoint import current_stage
 from .._runtime.resources import SharedResource
 from .._runtime.stages import StageState, StageStatistics
@@ -312,6 +313,9 @@ class QueueBase(QueueCheckpointing, BatchedDequeue, SharedResource, Generic[Elem
         # Time blocked is measured per wait, never per element: two clock reads beside a
         # wakeup and a task switch.
         w.since = since = _monotonic()
+        # A watched task (a ranked session's acknowledging task) blocked taking elements
+        # out waits for input: see input_waits.
+        waiter = input_waits.enter() if input_waits.watched and w.kind >= SINGLE else None
         try:
             stage = current_stage()
             if stage is None:
@@ -321,6 +325,7 @@ class QueueBase(QueueCheckpointing, BatchedDequeue, SharedResource, Generic[Elem
             with stage.blocked(self, w, dequeue=w.kind in (SINGLE, BATCH)):
                 await event.wait()
         finally:
+            input_waits.leave(waiter)
             w.since = 0.0
             if w.kind >= SINGLE:  # dequeues (SINGLE, BATCH); REREAD never waits
                 self._blocked_out += _monotonic() - since

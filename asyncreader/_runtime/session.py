@@ -499,7 +499,9 @@ class Session:
         collective: every rank of the job calls it at the same step (after acknowledging
         that step with :meth:`ack`), and every rank gets the same bytes (save them from
         one rank); a rank whose acknowledging task waits in a reader for work at the
-        epoch's end takes part from there. They hold each shared work queue (the items
+        epoch's end (or waits for input a background reader waiting for work would
+        make) takes part from there, and its own later call for that checkpoint returns
+        the same bytes at once. They hold each shared work queue (the items
         not taken yet, and every leased item with its acknowledged keys and last
         reported position) and each rank's states added with :meth:`track_state` /
         :meth:`track_rng`; a rank's local pipeline (readers, buffers, batchers) is not

@@ -22,7 +22,7 @@ from asyncreader._distributed.work_queue import LeaseBook, Rank
 from asyncreader._runtime import state_codec
 
 from .test_job_checkpoint import gone, run_after, sessions, work_queue
-from .test_leases import status, write_files
+from .test_leases import in_session, status, write_files
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -49,24 +49,94 @@ def ledger_of(keys: list[bytes], acked: list[bytes], delivered: list[bytes]) -> 
     return lost, twice, sorted(ledger) == sorted(keys)
 
 
+async def background_rank(
+    sess: ar.Session,
+    work: Any,
+    acked: list[bytes],
+    step: list[int],
+    ready: anyio.Event,
+    box: dict[str, Any],
+) -> None:
+    """Rank 2 as a queue-runner program: a background task reads the work queue into a
+    local queue, the rank's own task takes its steps from that queue and acknowledges
+    them. After one step it waits for input, while its reader waits for work; given a
+    step more (``box["local"]``), it calls ``checkpoint()`` (into ``box["again"]``)."""
+    reader = ar.TFRecordReader()
+    if box.get("batcher"):
+        # The batching function's runner task reads; the rank waits for its next batch.
+        batches = in_session(
+            sess,
+            lambda: ar.batch(
+                lambda: reader.read_up_to(work, 3), 3, enqueue_many=True, record_refs=reader
+            ),
+        )
+        keys, _ = await batches.dequeue()
+        await sess.ack(list(keys))
+        acked.extend(keys)
+        step[0] += 1
+        ready.set()
+        await batches.dequeue()  # waits for input: its reader has no work
+        raise AssertionError("rank 2 got work although no rank gave any back")
+    local = box["local"] = in_session(
+        sess, lambda: ar.FIFOQueue(100, dtypes=["string"], shapes=[[]])
+    )
+
+    async def feed() -> None:
+        while True:
+            keys, _ = await reader.read_up_to(work, 3)
+            await local.enqueue_many(keys)
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(feed)
+        keys = await local.dequeue_many(3)
+        await sess.ack(list(keys))
+        acked.extend(keys)
+        step[0] += 1
+        ready.set()
+        keys = await local.dequeue_many(3)  # waits for input: its reader has no work
+        assert list(keys) == [b""] * 3, "rank 2 got work although no rank gave any back"
+        await sess.ack(list(keys))  # rows without a key: nothing to acknowledge
+        step[0] += 1
+        start = anyio.current_time()
+        box["again"] = await sess.checkpoint(timeout=45)  # the one it took part in
+        box["took"] = anyio.current_time() - start
+        box["answered"].set()
+        await anyio.sleep_forever()
+
+
 async def checkpoint_while_one_waits(
-    cluster: ar.RayCluster, paths: list[str], **kwargs: Any
+    cluster: ar.RayCluster,
+    paths: list[str],
+    *,
+    background: bool = False,
+    batcher: bool = False,
+    **kwargs: Any,
 ) -> tuple[bytes, list[bytes], float]:
     """Ranks 0 and 1 each hold a large file; rank 2 reads its small file to the end and
-    waits for work; then ranks 0 and 1 checkpoint. Return the checkpoint, the keys
-    acknowledged before it, and how long the checkpoint took."""
+    waits for work (in its own task, or with ``background`` in a task feeding a local
+    queue its own task waits on); then ranks 0 and 1 checkpoint. Return the checkpoint,
+    the keys acknowledged before it, and how long the checkpoint took."""
     acked: list[bytes] = []
     got: list[bytes] = []
     took: list[float] = []
+    box: dict[str, Any] = {"batcher": batcher, "answered": anyio.Event()}
+    background = background or batcher
     stack, made = sessions(cluster, 3, **kwargs)
     async with stack:
         for sess in made:
             await stack.enter_async_context(sess)
         works = [work_queue(sess) for sess in made]
         await works[0].enqueue_many(paths)  # ranks 0, 1, 2 take them in this order
-        await works[0].close()
         turn = [anyio.Event() for _ in range(4)]
         turn[0].set()
+        if not batcher:
+            await works[0].close()
+
+        async def close_after_first_step() -> None:
+            # A batcher's first batch is local only before the epoch's tail, which
+            # begins once the queue is closed and drained.
+            await turn[3].wait()
+            await works[0].close()
 
         async def rank(r: int, done: anyio.Event | None) -> None:
             sess, work = made[r], works[r]
@@ -74,6 +144,8 @@ async def checkpoint_while_one_waits(
             sess.track_state("step", lambda: step[0], lambda saved: None)
             reader = ar.TFRecordReader()
             await turn[r].wait()
+            if r == 2 and background:
+                await background_rank(sess, work, acked, step, turn[3], box)
             keys, _ = await reader.read_up_to(work, 3 if r == 2 else 6)
             await sess.ack(keys[:3])
             acked.extend(keys[:3])
@@ -97,6 +169,8 @@ async def checkpoint_while_one_waits(
 
         with anyio.fail_after(60):
             async with anyio.create_task_group() as tg:
+                if batcher:
+                    tg.start_soon(close_after_first_step)
                 finished = [anyio.Event(), anyio.Event()]
                 tg.start_soon(rank, 0, finished[0])
                 tg.start_soon(rank, 1, finished[1])
@@ -104,9 +178,18 @@ async def checkpoint_while_one_waits(
                     waiting.start_soon(rank, 2, None)
                     for event in finished:
                         await event.wait()
+                    if background and not batcher:
+                        # Rank 2 gets a step more and calls checkpoint(): the one its
+                        # reader took part in, answered at once.
+                        await box["local"].enqueue_many([b""] * 3)
+                        with anyio.fail_after(10):
+                            await box["answered"].wait()
                     waiting.cancel_scope.cancel()  # the job is stopped here
     assert len(got) == 2
     assert got[0] == got[1]
+    if background and not batcher:
+        assert box["again"] == got[0]
+        assert box["took"] < 1
     return got[0], acked, max(took)
 
 
@@ -131,6 +214,32 @@ async def test_a_checkpoint_completes_while_a_rank_waits_for_work(
         await gone(ray_env, again)
         assert ledger_of(keys, acked, delivered) == ([], {}, True)
         assert restored == ([1, 1, 1] if after == 3 else [None] * after)
+
+
+@pytest.mark.both_backends
+@pytest.mark.parametrize("batcher", [False, True], ids=["queue-runner", "batcher"])
+async def test_a_checkpoint_completes_while_a_background_reader_waits_for_work(
+    ray_env: RayEnv, namespace: str, tmp_path: Path, batcher: bool
+) -> None:
+    # The rank's reader runs in a background task, and its acknowledging task waits on
+    # the local queue that reader fills (or for its batcher's next batch): the reader
+    # takes part for the rank.
+    paths, keys = await write_files(tmp_path, [40, 40, 3])
+    cluster = ar.RayCluster(namespace=namespace)
+    data, acked, took = await checkpoint_while_one_waits(
+        cluster, paths, background=True, batcher=batcher
+    )
+    assert took < 10
+    tree = state_codec.decode(data)
+    assert tree["ranks"] == [{"state/step": 1}] * 3
+    [snapshot] = tree["queues"].values()
+    assert sorted(lease[0] for lease in snapshot["leases"]) == [0, 1]
+    await gone(ray_env, namespace)
+    again = ray_env.namespace()
+    delivered, restored = await run_after(ar.RayCluster(namespace=again), paths, data, n=3)
+    await gone(ray_env, again)
+    assert ledger_of(keys, acked, delivered) == ([], {}, True)
+    assert restored == [1, 1, 1]
 
 
 async def test_a_rank_fenced_for_silence_leaves_the_job(
