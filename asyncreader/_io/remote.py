@@ -46,6 +46,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import functools
+import logging
 import random
 import threading
 import time
@@ -64,6 +65,10 @@ from .._errors import (
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Sequence
     from concurrent.futures import Future
+
+
+#: Each retried request is logged here (WARNING), naming the file, offset and cause.
+_log = logging.getLogger("asyncreader.remote")
 
 __all__ = [
     "DEFAULT_CONCURRENCY",
@@ -603,6 +608,13 @@ class RangeFile:
                         work_item=self._name,
                         offset=at,
                     ) from exc
+                name = self._name
+                _log.warning(
+                    "%s: %s at byte %d failed (%s); asking again in %.2f s (attempt %d of %d)",
+                    name.decode("utf-8", "replace") if isinstance(name, bytes) else name,
+                    doing, at, _describe(exc).partition("\n")[0].strip(), delay,
+                    failures + 1, settings.max_attempts,
+                )  # fmt: skip
                 await asyncio.sleep(delay)
 
     async def _fetch(self, start: int, end: int) -> bytes:

@@ -15,6 +15,7 @@ that the faults reach the layer under test instead of being hidden below it.
 from __future__ import annotations
 
 import itertools
+import logging
 import random
 import subprocess
 import sys
@@ -203,13 +204,23 @@ async def test_ledger_every_record_once_under_mixed_faults(proxy: FaultProxy) ->
 
 
 @pytest.mark.both_backends
-async def test_503s_are_retried_and_the_read_goes_on(proxy: FaultProxy) -> None:
+async def test_503s_are_retried_and_the_read_goes_on(
+    proxy: FaultProxy, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING, logger="asyncreader.remote")
     proxy.fail_requests = 3  # the size probe and the first range requests
     with anyio.fail_after(30):
         async with ar.TFRecordReader() as reader:
             got = await _ledger(reader, _urls()[:1])
     _check_every_record_once(got, range(1))
     assert proxy.faults == 3
+    # Each retry is logged, naming the file, the byte and the cause.
+    retries = [r.getMessage() for r in caplog.records if r.name == "asyncreader.remote"]
+    assert len(retries) == 3, retries
+    for message in retries:
+        assert message.startswith(f"{_urls()[0]}: "), message
+        assert " at byte 0 failed (" in message, message
+        assert "asking again in" in message, message
 
 
 @pytest.mark.both_backends
