@@ -159,11 +159,15 @@ class BatchedDequeue:
         return self._codec.decode_many(taken)
 
     async def _dequeue_batch(self, n: SupportsIndex, up_to: bool) -> Any:
+        return self._codec.decode_many(await self._dequeue_rows(n, up_to))
+
+    async def _dequeue_rows(self, n: SupportsIndex, up_to: bool) -> list[Any]:
+        """The stored elements of a batched dequeue, not decoded yet."""
         n = self._check_n(n, up_to)
         if self._yield_due():
             await anyio.lowlevel.checkpoint()  # a scheduling point
         if n == 0:
-            return self._codec.decode_many([])
+            return []
         taken = None if self._dequeuers else self._try_take_many(n, up_to)
         if taken is not None:
             self._total_out += len(taken)
@@ -171,4 +175,4 @@ class BatchedDequeue:
                 self._notify()
         else:
             taken = await self._dequeue_slow(n, BATCH, up_to=up_to)
-        return self._codec.decode_many(taken)
+        return taken

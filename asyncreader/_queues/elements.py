@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import operator
 from collections.abc import Iterable, Mapping, Sequence
-from itertools import repeat
+from itertools import chain, repeat
 from typing import Any, ClassVar, Final
 
 import numpy as np
@@ -600,6 +600,27 @@ class TypedCodec:
             else:
                 out.append(_stack(values, dtype, shape))
         return self._structure(out)
+
+    def row_shapes(self, rows: list[Row]) -> list[np.ndarray[Any, Any]]:
+        """Each element's own shape, per component: an ``int64`` array of ``len(rows)``
+        rows of ``len(shape)`` dimensions (what :meth:`decode_many` pads to the batch's
+        maximum)."""
+        shapes = self.shapes
+        assert shapes is not None
+        k = len(rows)
+        arrays = list(map(_first, rows))
+        out = []
+        for j, shape in enumerate(shapes):
+            n = len(shape)
+            dims = np.empty((k, n), dtype=np.int64)
+            if n and k and self.ordered and arrays[0] is arrays[-1]:
+                # FIFO storage keeps a stored batch's rows together: one shape for all.
+                dims[:] = arrays[0][j].shape[1:]
+            elif n and k:
+                flat = chain.from_iterable([a[j].shape[1:] for a in arrays])
+                dims[:] = np.fromiter(flat, dtype=np.int64, count=k * n).reshape(k, n)
+            out.append(dims)
+        return out
 
 
 _first = operator.itemgetter(0)

@@ -10,6 +10,8 @@ from .elements import TypedCodec, split_shapes
 from .fifo import _DequeStorage
 
 if TYPE_CHECKING:
+    import numpy as np
+
     from .record_refs import RecordRefsArg
 
 __all__ = ["PaddingFIFOQueue"]
@@ -80,3 +82,14 @@ class PaddingFIFOQueue(_DequeStorage[ElementT]):
         codec = TypedCodec(dtypes, shapes, names, partial_shapes=True)
         super().__init__(capacity, codec, name, record_refs)
         self._init_storage()
+
+    async def _dequeue_shaped(
+        self, n: SupportsIndex, *, up_to: bool
+    ) -> tuple[Any, list[np.ndarray[Any, Any]]]:
+        """:meth:`dequeue_up_to` (``up_to``) or :meth:`dequeue_many`, and each element's
+        own shape per component (see :meth:`TypedCodec.row_shapes`): what a batch padded
+        to the maximum of other elements needs to pad them again."""
+        rows = await self._dequeue_rows(n, up_to)
+        codec = self._codec
+        assert isinstance(codec, TypedCodec)
+        return codec.decode_many(rows), codec.row_shapes(rows)

@@ -127,3 +127,25 @@ async def test_names_with_padding() -> None:
     batch = await q.dequeue_many(2)
     np.testing.assert_array_equal(batch["ids"], [[1, 2], [3, 0]])
     assert batch["key"].tolist() == [b"k1", b"k2"]
+
+
+@pytest.mark.both_backends
+async def test_a_shaped_dequeue_gives_each_element_its_own_shape() -> None:
+    # What a ranked session's pool needs to pad examples again in other batches: the
+    # batch as dequeue_up_to pads it, and the shape each element was enqueued with (an
+    # enqueue_many's elements have that batch's shape).
+    q = ar.PaddingFIFOQueue(None, ["int32", "string"], [[None, None], []])
+    await q.enqueue(([[1, 2, 3]], b"a"))
+    await q.enqueue_many(([[[4], [5]], [[6], [7]]], [b"b", b"c"]))
+    await q.enqueue(([[8, 9], [1, 2], [3, 4]], b"d"))
+    await q.close()
+    (values, keys), shapes = await q._dequeue_shaped(3, up_to=True)
+    assert values.shape == (3, 2, 3)
+    assert list(keys) == [b"a", b"b", b"c"]
+    assert shapes[0].tolist() == [[1, 3], [2, 1], [2, 1]]
+    assert shapes[1].shape == (3, 0)
+    (values, _), shapes = await q._dequeue_shaped(3, up_to=True)
+    assert values.tolist() == [[[8, 9], [1, 2], [3, 4]]]
+    assert shapes[0].tolist() == [[3, 2]]
+    with pytest.raises(ar.OutOfRangeError):
+        await q._dequeue_shaped(3, up_to=True)
