@@ -248,10 +248,12 @@ class QueueHost:
             return ("error", type(exc).__name__, str(exc))
         return ("ok",)
 
-    def tail_push(self, client: str, comps: Any, keys: list[bytes] | None, ended: bool) -> Any:
+    def tail_push(
+        self, client: str, comps: Any, keys: list[bytes] | None, ended: bool, shapes: Any = None
+    ) -> Any:
         """A rank's examples for the pool (see :meth:`TailPool.push`)."""
         try:
-            self._tail.push(client, comps, keys, ended)
+            self._tail.push(client, comps, keys, ended, shapes)
         except AsyncReaderError as exc:
             return ("error", type(exc).__name__, str(exc))
         return ("ok",)

@@ -273,8 +273,8 @@ class RayBackend:
         """The pool giving ``batcher`` as many batches as every other rank, or ``None``
         when this rank leases from no shared queue (nothing to level)."""
         queues = [q for q in self._queues.values() if q._leases is not None and not q._detached]
-        if not queues or batcher._kind == "padding":
-            return None  # dynamic_pad examples differ in shape: the pool cannot join them
+        if not queues:
+            return None
         queue = queues[0]
         queue._pooled = True
         return EqualSteps(self, queue, batcher, remainder)  # type: ignore[arg-type]

@@ -26,6 +26,11 @@ batches at once, in rank order: ranks behind the highest count are levelled firs
 batches from the pool, else padded), then rounds of one batch per rank, then the
 remainder. Each rank takes its planned batches in order.
 
+A ``dynamic_pad`` batcher's examples differ in shape: each pushed chunk comes with every
+example's own shape, and each batch the pool hands out is padded to the largest of its
+own examples (as the rank's PaddingFIFOQueue pads its ``dequeue_many``), never to the
+largest of the chunk an example came in.
+
 A rank may die after its reader read its last item while what it read still waits in
 its batcher, before the batcher joined the tail: its leases then come back, and a reader
 must be there to read them again. So a reader at the end of the queue also waits for
@@ -87,6 +92,11 @@ class _Chunk:
     keys: list[bytes] | None
     #: Where it comes from in a deterministic job: (rank, how many chunks it pushed before).
     order: tuple[int, int] = (-1, 0)
+    #: A ``dynamic_pad`` batcher's examples: each one's own shape, per component (rows of
+    #: ``int64`` dimensions). Its arrays may be padded wider (with zeros, or ``b""``), to
+    #: the largest example they were batched with; a batch cuts and pads them to its own
+    #: largest. ``None``: every example has its array's row shape.
+    shapes: list[np.ndarray[Any, Any]] | None = None
 
     def __len__(self) -> int:
         return len(self.comps[0])
@@ -116,26 +126,74 @@ class _Member:
     pushes: int = 0
 
 
+def _row_shapes(chunk: _Chunk, i: int) -> np.ndarray[Any, Any]:
+    """The shapes of ``chunk``'s examples in component ``i`` (one row each)."""
+    if chunk.shapes is not None:
+        return chunk.shapes[i]
+    comp = chunk.comps[i]
+    return np.broadcast_to(np.array(comp.shape[1:], dtype=np.int64), (len(comp), comp.ndim - 1))
+
+
 def _concat(chunks: list[_Chunk]) -> _Chunk:
-    if len(chunks) == 1:
+    """``chunks``' examples in one batch: each ``dynamic_pad`` component padded to the
+    largest of these examples (as a PaddingFIFOQueue's ``dequeue_many`` pads), not to
+    the largest of the batches they were pushed in."""
+    ragged = any(c.shapes is not None for c in chunks)
+    if len(chunks) == 1 and not ragged:
         return chunks[0]
-    comps = [np.concatenate([c.comps[i] for c in chunks]) for i in range(len(chunks[0].comps))]
     keys: list[bytes] | None = []
     for c in chunks:
         if c.keys is None or keys is None:
             keys = None
         else:
             keys += c.keys
-    return _Chunk(comps, keys)
+    if not ragged:
+        comps = [np.concatenate([c.comps[i] for c in chunks]) for i in range(len(chunks[0].comps))]
+        return _Chunk(comps, keys)
+    shapes = [
+        np.concatenate([_row_shapes(c, i) for c in chunks]) for i in range(len(chunks[0].comps))
+    ]
+    comps = [_fit([c.comps[i] for c in chunks], shape) for i, shape in enumerate(shapes)]
+    return _Chunk(comps, keys, shapes=shapes)
+
+
+def _fit(parts: list[np.ndarray[Any, Any]], shapes: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+    """``parts`` (one component of consecutive examples, each part padded to some width)
+    joined and padded to the largest of ``shapes``, the examples' own shapes."""
+    first = parts[0]
+    dims = tuple(int(d) for d in shapes.max(axis=0)) if len(shapes) else (0,) * (first.ndim - 1)
+    if len(parts) == 1 and first.shape[1:] == dims:
+        return first
+    if first.dtype.kind == "O":
+        out = np.full((len(shapes), *dims), b"", dtype=object)
+    else:
+        out = np.zeros((len(shapes), *dims), dtype=first.dtype)
+    start = 0
+    for part in parts:
+        # What lies beyond an example's own shape is padding: cut it to the batch's width.
+        cut = part[(slice(None), *(slice(0, d) for d in dims))]
+        out[(slice(start, start + len(part)), *(slice(0, d) for d in cut.shape[1:]))] = cut
+        start += len(part)
+    return out
 
 
 def _split(chunk: _Chunk, n: int) -> tuple[_Chunk, _Chunk]:
-    head = _Chunk([c[:n] for c in chunk.comps], None if chunk.keys is None else chunk.keys[:n])
-    tail = _Chunk([c[n:] for c in chunk.comps], None if chunk.keys is None else chunk.keys[n:])
+    keys = chunk.keys
+    shapes = chunk.shapes
+    head = _Chunk(
+        [c[:n] for c in chunk.comps],
+        None if keys is None else keys[:n],
+        shapes=None if shapes is None else [s[:n] for s in shapes],
+    )
+    tail = _Chunk(
+        [c[n:] for c in chunk.comps],
+        None if keys is None else keys[n:],
+        shapes=None if shapes is None else [s[n:] for s in shapes],
+    )
     return head, tail
 
 
-def _padded(chunk: _Chunk, size: int, key_index: int | None) -> Comps:
+def _repeated(chunk: _Chunk, size: int, key_index: int | None) -> _Chunk:
     """``chunk``'s examples repeated in order up to ``size`` rows; padded rows get an
     empty record key (so that acknowledging a batch's keys skips them)."""
     n = len(chunk)
@@ -143,7 +201,13 @@ def _padded(chunk: _Chunk, size: int, key_index: int | None) -> Comps:
     comps = [c[index] for c in chunk.comps]  # copies
     if key_index is not None and size > n:
         comps[key_index][n:] = b""
-    return comps
+    shapes = None if chunk.shapes is None else [s[index] for s in chunk.shapes]
+    return _Chunk(comps, None, shapes=shapes)
+
+
+def _padded(chunk: _Chunk, size: int, key_index: int | None) -> Comps:
+    """:func:`_repeated`, as one batch."""
+    return _concat([_repeated(chunk, size, key_index)]).comps
 
 
 def _difference(first: str, known: dict[str, Any], client: str, layout: dict[str, Any]) -> str:
@@ -159,6 +223,11 @@ def _difference(first: str, known: dict[str, Any], client: str, layout: dict[str
     ):
         if dtype != dtype0:
             return f"component {name} of {what} has dtype {dtype}, in {than} {dtype0}"
+        if len(shape) != len(shape0):
+            return (
+                f"component {name} of {what} has {len(shape)} dimensions (shape {shape}), "
+                f"in {than} {len(shape0)} (shape {shape0})"
+            )
         if shape != shape0:
             return f"component {name} of {what} has shape {shape}, in {than} {shape0}"
     return f"{what} differ from {than}"  # pragma: no cover - compared equal above
@@ -238,8 +307,10 @@ class TailPool:
     def layout(self, client: str, layout: dict[str, Any] | None) -> None:
         """``client``'s batcher batches examples of ``layout`` (at its first batch, long
         before the tail): the pool can join its examples with every other rank's only
-        if the components, their dtypes and their shapes are the same. ``None``: the
-        layout is not known yet (no example so far); the rank batches all the same.
+        if the components, their dtypes and their shapes are the same (the size of a
+        ``None`` dimension of ``dynamic_pad`` examples may differ: the pool pads each
+        batch). ``None``: the layout is not known yet (no example so far); the rank
+        batches all the same.
 
         Raises:
             InvalidArgumentError: ``layout`` differs from the first rank's (every rank
@@ -263,8 +334,9 @@ class TailPool:
         if self._refused is not None:
             raise InvalidArgumentError(
                 f"{self._refused}; the epoch's tail joins every rank's examples into "
-                "batches, so every rank must batch examples of one layout (give shapes=, "
-                "and read batches of a fixed size when a component is a RecordBatch)"
+                "batches, so every rank must batch examples of one layout (give shapes=; "
+                "for components whose size varies, such as a RecordBatch, batch with "
+                "dynamic_pad=True on every rank)"
             )
 
     def join(
@@ -276,8 +348,10 @@ class TailPool:
         sample: Comps | None,
         structure: Any,
         grace: float,
+        sample_shapes: Comps | None = None,
     ) -> None:
-        """``client`` enters the tail with ``count`` batches so far.
+        """``client`` enters the tail with ``count`` batches so far; ``sample`` is its
+        last batch (``sample_shapes``: its examples' own shapes, with ``dynamic_pad``).
 
         Raises:
             InvalidArgumentError: another rank batches with another batch size,
@@ -301,7 +375,7 @@ class TailPool:
         window = None
         if sample is not None:
             keys = None if key_index is None else [bytes(k) for k in sample[key_index]]
-            window = _Chunk(sample, keys)
+            window = _Chunk(sample, keys, shapes=sample_shapes)
             if self._sample is None:
                 self._sample = window
         if self._tail_since is None:  # its input ended: nothing is left to lease
@@ -379,8 +453,9 @@ class TailPool:
                 index = np.array([k in lost for k in window.keys])
                 comps = [c[index] for c in window.comps]
                 keys = [k for k in window.keys if k in lost]
+                shapes = None if window.shapes is None else [s[index] for s in window.shapes]
                 self._book.pooled(keys)
-                self._give_back(_Chunk(comps, keys))
+                self._give_back(_Chunk(comps, keys, shapes=shapes))
         if member is not None and member.in_doubt is not None:
             handed, member.in_doubt = member.in_doubt, None
             self.padded -= handed.padded
@@ -412,8 +487,16 @@ class TailPool:
 
     # -- examples in, batches out ------------------------------------------------------
 
-    def push(self, client: str, comps: Comps | None, keys: list[bytes] | None, ended: bool) -> None:
-        """Add examples ``client`` read; ``ended``: its input has ended.
+    def push(
+        self,
+        client: str,
+        comps: Comps | None,
+        keys: list[bytes] | None,
+        ended: bool,
+        shapes: Comps | None = None,
+    ) -> None:
+        """Add examples ``client`` read; ``ended``: its input has ended. ``shapes``: a
+        ``dynamic_pad`` batcher's examples' own shapes (see :class:`_Chunk`).
 
         Raises:
             FailedPreconditionError: ``client`` was declared dead or is not in the tail.
@@ -428,7 +511,7 @@ class TailPool:
                 # Not read again if the rank dies: the pool delivers them (checked first,
                 # so a refused push marks nothing).
                 self._book.pooled(keys)
-            chunk = _Chunk(comps, keys, (rank_of(client), member.pushes))
+            chunk = _Chunk(comps, keys, (rank_of(client), member.pushes), shapes)
             member.pushes += 1
             if self._final is not None or self._level >= 0:
                 self._drop(chunk)  # cannot happen while the rank's input runs; be safe
@@ -650,12 +733,13 @@ class TailPool:
             rest = left
             for size in sizes:
                 part, rest = _split(rest, size)
-                self._final.append(part.comps)
+                self._final.append(_concat([part]).comps)
                 self._final_padding.append(0)
         else:  # "pad": the remaining examples spread over one full batch each
-            comps = _padded(left, ranks * batch_size, self._key_index)
+            rest = _repeated(left, ranks * batch_size, self._key_index)
             for i in range(ranks):
-                self._final.append([c[i * batch_size : (i + 1) * batch_size] for c in comps])
+                part, rest = _split(rest, batch_size)
+                self._final.append(_concat([part]).comps)
                 self._final_padding.append(max(0, min(batch_size, (i + 1) * batch_size - n)))
             self.padded += ranks * batch_size - n
         self._notify()
@@ -714,6 +798,10 @@ class EqualSteps:
         self._ended: OutOfRangeError | None = None
         self._count = 0
         self._sample: Comps | None = None
+        #: A dynamic_pad batcher's batches are padded to their own largest example: the
+        #: pool gets each example's own shape with it, to pad its batches the same way.
+        self._ragged = batcher._kind == "padding"
+        self._sample_shapes: Comps | None = None
         self._rid = 0
         self._confirm = -1
         self._pusher_error: BaseException | None = None
@@ -827,7 +915,11 @@ class EqualSteps:
 
         async def local(scope: anyio.CancelScope) -> None:
             with contextlib.suppress(OutOfRangeError):  # fewer than a batch left: pooled
-                got.append(await queue.dequeue_many(size))
+                if self._ragged:
+                    out, self._sample_shapes = await queue._dequeue_shaped(size, up_to=False)
+                    got.append(out)
+                else:
+                    got.append(await queue.dequeue_many(size))
             scope.cancel()
 
         async def tail(scope: anyio.CancelScope) -> None:
@@ -862,6 +954,7 @@ class EqualSteps:
             self._sample,
             None if structure is None else structure.to_state(),
             self._backend._cluster.lease_timeout,
+            self._sample_shapes,
         )
         self._joined = True
         batcher._coord.start_soon(self._push, name=f"{batcher._what}-tail-push")
@@ -874,15 +967,19 @@ class EqualSteps:
         size = batcher._batch_size
         try:
             while queue is not None:
+                shapes = None
                 try:
-                    out = await queue.dequeue_up_to(size)
+                    if self._ragged:
+                        out, shapes = await queue._dequeue_shaped(size, up_to=True)
+                    else:
+                        out = await queue.dequeue_up_to(size)
                 except OutOfRangeError:
                     break
                 comps = self._flat(out)
                 keys = None
                 if self._key_index is not None:
                     keys = [bytes(k) for k in comps[self._key_index]]
-                await self._call("tail_push", client, comps, keys, False)
+                await self._call("tail_push", client, comps, keys, False, shapes)
             await self._call("tail_push", client, None, None, True)
             self.pushed_all = True
         except AsyncReaderError as exc:

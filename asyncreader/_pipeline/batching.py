@@ -102,7 +102,8 @@ def batch(
         shapes: One shape per component (a list in component order, or a dict for dict
             examples), without the batch dimension. Default: the first example's shapes.
         dynamic_pad: Allow ``None`` dimensions (all dimensions when ``shapes`` is not
-            given) and pad each batch to its longest example with 0 / ``b""``.
+            given) and pad each batch to its longest example with 0 / ``b""`` (also the
+            batches of a cluster's epoch tail, which join examples of several ranks).
         allow_smaller_final_batch: Hand out a last batch smaller than ``batch_size`` at
             the end of input instead of dropping it.
         coord: The Coordinator to run in; default the current one.

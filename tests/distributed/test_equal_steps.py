@@ -54,6 +54,42 @@ async def kept(paths: list[str]) -> list[bytes]:
             out += [k for k, f in zip(keys, keep((keys, values)), strict=True) if f]
 
 
+def tokens_of(key: bytes, value: bytes) -> np.ndarray[Any, Any]:
+    """Record ``f-r`` as 1 to 13 tokens (its bytes, repeated; never 0, the padding)."""
+    f, r = map(int, bytes(value).split(b"-"))
+    n = 1 + (f * 7 + r * 5) % 13
+    return np.frombuffer((bytes(value) * n)[:n], dtype=np.uint8).copy()
+
+
+async def records(paths: list[str]) -> dict[bytes, bytes]:
+    """Every record's value by its key (from one local read)."""
+    queue = ar.FIFOQueue(None)
+    await queue.enqueue_many(paths)
+    await queue.close()
+    out: dict[bytes, bytes] = {}
+    async with ar.TFRecordReader() as reader:
+        while True:
+            try:
+                keys, values = await reader.read_up_to(queue, 1000)
+            except ar.OutOfRangeError:
+                return out
+            out.update(zip(map(bytes, keys), map(bytes, values), strict=True))
+
+
+def check_tokens(outs: list[Rank], live: list[int], values: dict[bytes, bytes]) -> None:
+    """Each dynamic_pad batch is padded to its own longest example (its pad rows repeat
+    examples: they count), and each row holds its record's tokens, then zeros."""
+    for r in live:
+        assert len(outs[r].tokens) == len(outs[r].batches)
+        for keys, tokens in zip(outs[r].batches, outs[r].tokens, strict=True):
+            lengths = [int(np.count_nonzero(row)) for row in tokens]
+            assert tokens.shape == (len(keys), max(lengths)), (tokens.shape, lengths)
+            for key, row, n in zip(keys, tokens, lengths, strict=True):
+                assert not row[n:].any()
+                if key:
+                    assert np.array_equal(row[:n], tokens_of(key, values[key]))
+
+
 async def ask(queue: Any, method: str) -> Any:
     from asyncreader._distributed.awaiting import wait_ref
 
@@ -66,6 +102,7 @@ class Rank:
     def __init__(self) -> None:
         self.batches: list[list[bytes]] = []
         self.padding: list[int] = []
+        self.tokens: list[np.ndarray[Any, Any]] = []  # dynamic_pad batches' token arrays
         self.stats: Any = None
         self.error: BaseException | None = None
         self.done = anyio.Event()
@@ -76,8 +113,16 @@ class Rank:
 class Job:
     """The job's ranks, what they saw, and the work queue's state at the end."""
 
-    def __init__(self, paths: list[str], ranks: int, read_out: bool, stall: bool = False) -> None:
+    def __init__(
+        self,
+        paths: list[str],
+        ranks: int,
+        read_out: bool,
+        stall: bool = False,
+        dynamic: bool = False,
+    ) -> None:
         self.paths = paths
+        self.dynamic = dynamic  # every record, as tokens of its own length, dynamic_pad
         self.read_out = read_out  # kill the rank only once it pushed its last example
         # Kill the rank in its first step, before it joins the tail, once every reader
         # is at its end (its own read its files into its batcher's queue).
@@ -143,13 +188,24 @@ async def steps(
     common: dict[str, Any] = {"enqueue_many": True, "record_refs": reader, "remainder": remainder}
     if job.stall:
         common["capacity"] = 10_000  # its reader never waits for the stalled rank's steps
-    if shuffle:
+    if job.dynamic:
+
+        async def example() -> Any:
+            key, value = await reader.read(work)
+            return key, value, tokens_of(key, value)  # the record, for record_refs
+
+        del common["enqueue_many"]
+        batcher = ar.batch(example, BATCH, dynamic_pad=True, **common)
+    elif shuffle:
         batcher = ar.maybe_shuffle_batch(source, BATCH, 200, 20, keep, seed=1, **common)
     else:
         batcher = ar.maybe_batch(source, keep, BATCH, **common)
     tail: Any = None
-    async for keys, _ in batcher:
+    async for batch in batcher:
+        keys = batch[0]
         out.batches.append([bytes(k) for k in keys])
+        if job.dynamic:
+            out.tokens.append(batch[2])
         out.padding.append(batcher.statistics().last_batch_padding)
         await anyio.sleep(delay)  # the training step
         tail = batcher._steps
@@ -211,7 +267,7 @@ async def run_job(
     stall: bool = False,
     job: Job | None = None,
 ) -> tuple[list[Rank], list[bytes], Any, dict[bytes, int], dict[bytes, int]]:
-    paths, _ = await write_files(root, sizes)
+    paths, every = await write_files(root, sizes)
     cluster = ar.RayCluster(namespace=namespace)
     if job is None:
         job = Job(paths, ranks, read_out, stall)
@@ -235,7 +291,8 @@ async def run_job(
                 if r != kill:
                     await out.done.wait()
             job.finished.set()
-    return job.outs, await kept(paths), job.tail, job.ledger, job.drops
+    expected = every if job.dynamic else await kept(paths)
+    return job.outs, expected, job.tail, job.ledger, job.drops
 
 
 def check_job(
@@ -293,6 +350,53 @@ async def test_every_rank_gets_the_same_number_of_batches(
     )
     assert all(o.error is None for o in outs)
     check_job(outs, expected, tail, ledger, drops, remainder, [0, 1, 2])
+
+
+@pytest.mark.both_backends
+@pytest.mark.parametrize("remainder", ["drop", "smaller", "pad"])
+async def test_dynamic_pad_batches_are_levelled_and_padded_to_their_own_longest(
+    namespace: str, tmp_path: Path, remainder: str
+) -> None:
+    # Records of 1 to 13 tokens, batched with dynamic_pad=True: the pool pads each of
+    # its batches to the longest of its own examples, as a rank's own batches are.
+    job = Job([], 3, read_out=False, dynamic=True)
+    outs, expected, tail, ledger, drops = await run_job(
+        tmp_path,
+        namespace,
+        ranks=3,
+        shuffle=False,
+        remainder=remainder,
+        sizes=[30, 300, 25, 31, 29, 27],
+        job=job,
+    )
+    assert all(o.error is None for o in outs)
+    check_job(outs, expected, tail, ledger, drops, remainder, [0, 1, 2])
+    check_tokens(outs, [0, 1, 2], await records(job.paths))
+
+
+@pytest.mark.parametrize("remainder", ["smaller", "pad"])
+async def test_dynamic_pad_batches_stay_level_when_a_rank_dies_in_the_tail(
+    ray_env: RayEnv, namespace: str, tmp_path: Path, remainder: str
+) -> None:
+    # Rank 2 dies holding its first batch from the pool: the batch goes back to the
+    # pool and is padded again, to the longest examples of the batch it ends up in.
+    job = Job([], 3, read_out=False, dynamic=True)
+    outs, expected, tail, ledger, drops = await run_job(
+        tmp_path,
+        namespace,
+        ranks=3,
+        shuffle=False,
+        remainder=remainder,
+        sizes=[30, 300, 25, 31, 29, 27],
+        kill=2,
+        job=job,
+    )
+    assert outs[2].stopped.is_set()
+    assert (outs[0].error, outs[1].error) == (None, None)
+    assert len(tail["gone"]) == 1, tail
+    acked = tuple(k for b in outs[2].batches[:-1] for k in b if k)
+    check_job(outs, expected, tail, ledger, drops, remainder, [0, 1], acked)
+    check_tokens(outs, [0, 1], await records(job.paths))
 
 
 @pytest.mark.parametrize(
@@ -384,7 +488,13 @@ async def test_equal_steps_stress(
 
 
 async def run_record_batches(
-    root: Path, namespace: str, records: list[int], *, sizes: list[int], delay: float = 0.0
+    root: Path,
+    namespace: str,
+    records: list[int],
+    *,
+    sizes: list[int],
+    delay: float = 0.0,
+    dynamic_pad: bool = False,
 ) -> tuple[list[list[list[bytes]]], list[BaseException | None], list[bytes], dict[bytes, int]]:
     """Two ranks batching examples that hold a RecordBatch: rank ``r`` reads
     ``records[r]`` records per example (the component's length); return each rank's
@@ -411,11 +521,14 @@ async def run_record_batches(
                     got = await reader.read_batch(work, records[r])
                     return (got.keys(), got)  # each example: its records' keys and values
 
-                batcher = ar.batch(source, 2, remainder="pad")
+                batcher = ar.batch(source, 2, dynamic_pad=dynamic_pad, remainder="pad")
                 async for keys, _ in batcher:
-                    batches[r].append([bytes(k) for row in keys for k in row])
+                    # Without record_refs padded rows keep their keys: the statistics
+                    # say how many rows (the last ones) are padding.
+                    real = len(keys) - batcher.statistics().last_batch_padding
+                    batches[r].append([bytes(k) for row in keys[:real] for k in row])
                     await anyio.sleep(delay if r == 0 else 0.0)
-                    await sess.ack([bytes(k) for row in keys for k in row if k])
+                    await sess.ack([k for k in batches[r][-1] if k])  # b"": dynamic_pad
                 if r == 0:
                     await finished.wait()
                     ledger.update(await ask(work, "ledger"))
@@ -441,6 +554,23 @@ async def test_examples_holding_a_record_batch_are_levelled(namespace: str, tmp_
     # the pool joins such examples like any other, and each record arrives once.
     batches, errors, every, ledger = await run_record_batches(
         tmp_path, namespace, [4, 4], sizes=[8, 96, 16, 8], delay=0.02
+    )
+    assert errors == [None, None]
+    assert len(batches[0]) == len(batches[1]) > 0
+    delivered = [k for rank in batches for b in rank for k in b if k]
+    assert sorted(delivered) == sorted(every)
+    assert collections.Counter(ledger) == collections.Counter(delivered)
+
+
+@pytest.mark.both_backends
+async def test_dynamic_pad_examples_of_other_lengths_on_each_rank_are_levelled(
+    namespace: str, tmp_path: Path
+) -> None:
+    # As below, but with dynamic_pad=True the component's length is None on both ranks:
+    # the pool joins rank 0's examples of four records with rank 1's of two (padded
+    # with empty strings, which acknowledging skips), and each record arrives once.
+    batches, errors, every, ledger = await run_record_batches(
+        tmp_path, namespace, [4, 2], sizes=[8, 96, 16, 8], delay=0.02, dynamic_pad=True
     )
     assert errors == [None, None]
     assert len(batches[0]) == len(batches[1]) > 0

@@ -14,6 +14,7 @@ import random
 from typing import TYPE_CHECKING, Any
 
 import anyio
+import numpy as np
 import pytest
 
 import asyncreader as ar
@@ -332,6 +333,7 @@ async def tail_epoch(
     *,
     checkpoint_in_tail: bool,
     restore: bytes | None = None,
+    dynamic_pad: bool = False,
 ) -> tuple[list[bytes], bytes | None, dict[str, Any], dict[bytes, int]]:
     """``n`` ranks batching with equal steps, in lockstep. With ``checkpoint_in_tail``
     they take a job checkpoint at the first step every rank took from the pool, and
@@ -352,11 +354,25 @@ async def tail_epoch(
         reader = ar.TFRecordReader()
 
         async def source() -> Any:
-            return await reader.read_up_to(work, 8)
+            keys, values = await reader.read_up_to(work, 8)
+            if not dynamic_pad:
+                return keys, values
+            # Each read's tokens as wide as its longest record: widths differ per read.
+            tokens = np.zeros((len(values), max(map(len, values))), dtype=np.uint8)
+            for i, value in enumerate(values):
+                tokens[i, : len(value)] = np.frombuffer(value, dtype=np.uint8)
+            return keys, values, tokens
 
-        batcher = ar.batch(source, 4, enqueue_many=True, record_refs=reader, remainder="drop")
+        batcher = ar.batch(
+            source,
+            4,
+            enqueue_many=True,
+            dynamic_pad=dynamic_pad,
+            record_refs=reader,
+            remainder="drop",
+        )
         step = 0
-        async for keys, _ in batcher:
+        async for keys, *_ in batcher:
             step += 1
             await anyio.sleep(0.01 if sess.rank == 0 else 0.0)
             real = [bytes(k) for k in keys if k]
@@ -398,8 +414,9 @@ async def ask(queue: Any, method: str) -> Any:
 
 
 @pytest.mark.both_backends
+@pytest.mark.parametrize("dynamic_pad", [False, True], ids=["fixed", "dynamic_pad"])
 async def test_a_checkpoint_in_the_epochs_tail_restores_every_record_once(
-    ray_env: RayEnv, tmp_path: Path
+    ray_env: RayEnv, tmp_path: Path, dynamic_pad: bool
 ) -> None:
     # The checkpoint is taken while the pool holds examples read but not acknowledged:
     # their files' leases are saved as any other, so the restored job (one rank more)
@@ -407,7 +424,7 @@ async def test_a_checkpoint_in_the_epochs_tail_restores_every_record_once(
     paths, every = await write_files(tmp_path, [12, 150, 9, 10, 11])
     first = ray_env.namespace()
     before, checkpoint, tail, _ = await tail_epoch(
-        ar.RayCluster(namespace=first), paths, 2, checkpoint_in_tail=True
+        ar.RayCluster(namespace=first), paths, 2, checkpoint_in_tail=True, dynamic_pad=dynamic_pad
     )
     assert checkpoint is not None
     assert tail["tail"], tail
@@ -417,7 +434,12 @@ async def test_a_checkpoint_in_the_epochs_tail_restores_every_record_once(
     await gone(ray_env, first)
     again = ray_env.namespace()
     after, _, _, drops = await tail_epoch(
-        ar.RayCluster(namespace=again), paths, 3, checkpoint_in_tail=False, restore=checkpoint
+        ar.RayCluster(namespace=again),
+        paths,
+        3,
+        checkpoint_in_tail=False,
+        restore=checkpoint,
+        dynamic_pad=dynamic_pad,
     )
     await gone(ray_env, again)
     dropped = list(collections.Counter(drops).elements())
