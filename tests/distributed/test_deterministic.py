@@ -16,6 +16,7 @@ import functools
 from typing import TYPE_CHECKING, Any
 
 import anyio
+import numpy as np
 import pytest
 
 import asyncreader as ar
@@ -39,6 +40,7 @@ class Job:
 
     def __init__(self, ranks: int) -> None:
         self.batches: list[list[list[bytes]]] = [[] for _ in range(ranks)]
+        self.tokens: list[list[Any]] = [[] for _ in range(ranks)]  # dynamic_pad's
         self.acked: list[list[bytes]] = [[] for _ in range(ranks)]
         self.done = [anyio.Event() for _ in range(ranks)]
         self.checkpoint: bytes | None = None
@@ -63,10 +65,21 @@ async def run_rank(
     checkpoint_at: int | None,
     restore: bytes | None,
     kill_at: int | None,
+    dynamic: bool = False,
 ) -> None:
     try:
         await steps(
-            job, cluster, rank, paths, remainder, delay, shuffle, checkpoint_at, restore, kill_at
+            job,
+            cluster,
+            rank,
+            paths,
+            remainder,
+            delay,
+            shuffle,
+            checkpoint_at,
+            restore,
+            kill_at,
+            dynamic,
         )
     except ar.AsyncReaderError:
         if kill_at is None:
@@ -84,6 +97,7 @@ async def steps(
     checkpoint_at: int | None,
     restore: bytes | None,
     kill_at: int | None,
+    dynamic: bool,
 ) -> None:
     ranks = len(job.batches)
     async with ar.Session(
@@ -104,15 +118,35 @@ async def steps(
             "record_refs": reader,
             "remainder": remainder,
         }
-        if shuffle:
-            batcher: Any = ar.maybe_shuffle_batch(source, BATCH, 64, 16, keep, seed=3, **common)
+
+        async def ragged() -> Any:
+            # Each read's records as tokens, as wide as its longest: widths vary.
+            keys, values = await reader.read_up_to(work, 16)
+            tokens = np.zeros((len(values), max(map(len, values))), dtype=np.uint8)
+            for i, value in enumerate(values):
+                tokens[i, : len(value)] = np.frombuffer(value, dtype=np.uint8)
+            return keys, values, tokens
+
+        if dynamic:
+            batcher: Any = ar.maybe_batch(
+                ragged,
+                lambda example: keep(example[:2]),
+                BATCH,
+                capacity=2 * BATCH,
+                dynamic_pad=True,
+                **common,
+            )
+        elif shuffle:
+            batcher = ar.maybe_shuffle_batch(source, BATCH, 64, 16, keep, seed=3, **common)
         else:
             # A small queue: a slow rank's reader soon waits for its training, as in a
             # real job (balanced dynamically, the fast rank would take more files).
             batcher = ar.maybe_batch(source, keep, BATCH, capacity=2 * BATCH, **common)
-        async for keys, _ in batcher:
+        async for keys, *rest in batcher:
             batch = [bytes(k) for k in keys]
             job.batches[rank].append(batch)
+            if dynamic:
+                job.tokens[rank].append(rest[1])
             await anyio.sleep(delay)  # the training step
             if kill_at is not None and len(job.batches[rank]) == kill_at:
                 job.anchor = anchor_of(sess)  # dies in its step, unacknowledged
@@ -145,6 +179,7 @@ async def run_job(
     checkpoint_at: int | None = None,
     restore: bytes | None = None,
     kill: tuple[int, int] | None = None,
+    dynamic: bool = False,
 ) -> Job:
     """Run a deterministic job of ``len(delays)`` ranks (rank ``r`` sleeps ``delays[r]``
     per step); ``kill``: (rank, step) whose anchor is killed in that step."""
@@ -158,6 +193,7 @@ async def run_job(
                         run_rank, job, cluster, r, paths, remainder=remainder, delay=delay,
                         shuffle=shuffle, checkpoint_at=checkpoint_at, restore=restore,
                         kill_at=kill[1] if kill is not None and kill[0] == r else None,
+                        dynamic=dynamic,
                     )
                 )  # fmt: skip
             if kill is not None:
@@ -215,6 +251,26 @@ async def test_per_rank_streams_do_not_depend_on_timing(
     for r in range(2):
         files = {k.partition(b":")[0] for k in slow0.batches[r][0]}
         assert files <= {p.encode() for p in paths[r::2]}, (r, files)
+
+
+async def test_dynamic_pad_streams_do_not_depend_on_timing(ray_env: RayEnv, tmp_path: Path) -> None:
+    # dynamic_pad batches of the tail's plan hold the same examples, padded the same
+    # way, whichever rank is slow.
+    paths, _ = await write_files(tmp_path, SIZES)
+    expected = await kept(paths)
+    runs = [
+        await run_job(paths, ray_env.namespace(), delays, remainder="pad", dynamic=True)
+        for delays in ([0.03, 0.0], [0.0, 0.03])
+    ]
+    for job in runs:
+        assert len(job.batches[0]) == len(job.batches[1])  # equal steps
+        check_exactly_once(job, expected)
+    assert runs[0].batches == runs[1].batches
+    assert runs[0].tail["padded"] > 0  # the tail did level and pad: it is covered
+    for r in range(2):
+        for a, b in zip(runs[0].tokens[r], runs[1].tokens[r], strict=True):
+            assert a.shape == b.shape
+            assert np.array_equal(a, b)
 
 
 @pytest.mark.stress
