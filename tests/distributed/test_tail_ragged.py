@@ -24,6 +24,8 @@ from asyncreader._distributed.schedule import Schedule
 from asyncreader._distributed.tail import TailPool
 from asyncreader._distributed.work_queue import LeaseBook, Rank
 
+from .test_tail_death import CONFIG, _ended, _job
+
 pytestmark = pytest.mark.anyio
 
 BATCH = 4
@@ -203,3 +205,33 @@ async def test_ragged_layouts_differing_in_rank_or_dtype_are_refused(
     assert "one layout" in message
     with anyio.fail_after(5), pytest.raises(ar.InvalidArgumentError):
         await pool.wait_tail(1.0)  # every rank learns it from its next call
+
+
+async def test_a_dead_ranks_unacknowledged_window_is_padded_to_its_own_longest() -> None:
+    # Rank 1's last local batch (its window: four examples, padded to the first one's
+    # 9 tokens) had two examples acknowledged when it died, after it had pushed its
+    # last example. The other two go to the pool with their own shapes: rank 0's batch
+    # of them is 2 tokens wide, not 9.
+    book, pool, got0, reader1 = await _job()
+    lengths = [9, 1, 2, 1]
+    rows = [(f"part-1:{i}".encode(), np.full(n, i + 1, np.uint8)) for i, n in enumerate(lengths)]
+    comps, shapes = chunk(rows)
+    pool.join("1-b", 1, CONFIG, 0, comps, None, 60.0, shapes)
+    pool.push("1-b", None, None, True)
+    pool.push("0-a", None, None, True)
+
+    async def rank0_ends() -> None:
+        with anyio.fail_after(5), pytest.raises(ar.OutOfRangeError):
+            await book.lease("0-a", [(got0[0], 3)])
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(rank0_ends)
+        await _ended(reader1)  # both readers are done: rank 1's files are not read again
+    book.rank_died("1-b", "its process ended")
+    with anyio.fail_after(5):
+        got = await pool.take("0-a", 1, 0)
+        assert (await pool.take("0-a", 2, 1))[0] == "end"
+    assert got[0] == "batch"
+    keys, tokens = got[1]
+    assert [bytes(k) for k in keys] == [b"part-1:2", b"part-1:3"]
+    assert tokens.tolist() == [[3, 3], [4, 0]]
