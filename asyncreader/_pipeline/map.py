@@ -69,6 +69,7 @@ import pickle
 import threading
 import time
 from dataclasses import dataclass
+from time import perf_counter
 from typing import TYPE_CHECKING, Any, ClassVar, Final, Generic, Literal, TypeVar, overload
 
 import anyio
@@ -642,17 +643,20 @@ class MapStage(Generic[R]):
     def _call_inline(self, example: Any) -> Any:
         """Call ``fn`` on the event loop, and go back to threads if the call ran long."""
         self._inline_calls += 1
-        start = time.perf_counter()
+        start = perf_counter()
         try:
             return self._fn(example)
         finally:
-            if time.perf_counter() - start >= _INLINE_BELOW:
-                # It held the loop up once: back to threads, and prove cheap for longer
-                # before the next try.
-                self._inline_now = False
-                self._fast = 0
-                self._probe_window = min(2 * self._probe_window, _MAX_PROBE_WINDOW)
-                self._wake_workers()  # if they stood by for consumers calling fn
+            if perf_counter() - start >= _INLINE_BELOW:
+                self._inline_ran_long()
+
+    def _inline_ran_long(self) -> None:
+        """An inline call held the loop up once: back to threads, and prove cheap for
+        longer before the next try."""
+        self._inline_now = False
+        self._fast = 0
+        self._probe_window = min(2 * self._probe_window, _MAX_PROBE_WINDOW)
+        self._wake_workers()  # if they stood by for consumers calling fn
 
     def _timed_on_thread(self, seconds: float) -> None:
         """Note how long a call on a thread took; go inline after a run of cheap ones."""
@@ -741,17 +745,28 @@ class MapStage(Generic[R]):
                 the example's position and its work item and record key when known; or
                 the source's own error, once the results before it are taken.
         """
-        if self._direct() and not self._calls and not self._fetching and not self._ended:
-            # This take will call the source itself, which decides whether to yield to
-            # the scheduler (a reader with records in memory does not): as when the
-            # source is called directly, only a cancellation point here.
+        call: _Call | None = None
+        if (
+            self._direct()
+            and not self._calls
+            and not self._fetching
+            and not self._ended
+            and not self._closed
+        ):
+            # This take calls the source itself, which decides whether to yield to the
+            # scheduler (a reader with records in memory does not): as when the source is
+            # called directly, only a cancellation point here. Straight to the pull: the
+            # loop below would find nothing ready (this path is most takes, so its checks
+            # are not repeated).
             await anyio.lowlevel.checkpoint_if_cancelled()
+            call = await self._call_direct()
         else:
             await anyio.lowlevel.checkpoint()
         while True:
-            if self._closed:
-                raise OutOfRangeError(f"{self._name} is closed")
-            call = self._take()
+            if call is None:
+                if self._closed:
+                    raise OutOfRangeError(f"{self._name} is closed")
+                call = self._take()
             if call is None:
                 if self._drained():
                     if self._source_error is not None:
@@ -762,16 +777,15 @@ class MapStage(Generic[R]):
                     raise OutOfRangeError(f"{self._name} was stopped")
                 if self._direct() and not self._calls and not self._fetching:
                     call = await self._call_direct()
-                    if call is None:
-                        continue
                 else:
                     await self._wait_result()
-                    continue
+                continue
             if call.error is None:
                 self._taken += 1
                 result: R = call.result
                 return result
             self._failed(call)
+            call = None
 
     def _direct(self) -> bool:
         """Whether consumers pull the source and call ``fn`` themselves, the worker standing
@@ -796,7 +810,17 @@ class MapStage(Generic[R]):
         scope = self._pull_scope = anyio.CancelScope()
         try:
             with scope:
-                example = await self._pull()
+                if self._coro_source:
+                    # _pull's first branch, without its own coroutine frame.
+                    example = await self._call_source()  # type: ignore[misc]
+                else:
+                    example = await self._pull()
+        except (OutOfRangeError, StopAsyncIteration):
+            self._exhausted = True
+        except Exception as exc:
+            # The source is broken: raised in order, after the results before it.
+            self._exhausted = True
+            self._source_error = exc
         finally:
             self._pull_scope = None
             self._consumers -= 1
@@ -809,8 +833,11 @@ class MapStage(Generic[R]):
         call = _Call(self._seq, example)
         self._seq += 1
         self._fetched += 1
+        # _call_inline, inlined: this is the path of most takes.
+        self._inline_calls += 1
+        start = perf_counter()
         try:
-            call.result = self._call_inline(example)
+            call.result = self._fn(example)
         except Exception as exc:
             call.error = exc
         except BaseException:
@@ -820,6 +847,9 @@ class MapStage(Generic[R]):
             self._rerun.append(call)
             self._wake_workers()
             raise
+        finally:
+            if perf_counter() - start >= _INLINE_BELOW:
+                self._inline_ran_long()
         call.done = True
         if self._consumers:
             self._notify_results()  # another consumer's turn to pull
