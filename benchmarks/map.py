@@ -19,14 +19,23 @@ reads it once to warm the page cache, then times, best of three wall-clock runs 
   stage's worker task); the same stage with ``inline=False``
   (a round trip to a worker thread per batch); and, as the floor such a round trip cannot
   go below, the same pipeline with one bare ``anyio.to_thread.run_sync(identity, batch)``
-  in the source. These four run interleaved, ``--rounds`` times each, and are compared by
-  their medians: on a shared machine the load changes from one run to the next by more
-  than the difference measured.
+  in the source. These four run interleaved, ``--rounds`` times each (the order reversed
+  every round, a garbage collection before each run), and are compared by their
+  medians: on a shared machine the load changes from one run to the next by more than the
+  difference measured.
 * **Per-example overhead.** 20,000 single examples (ints) through ``ar.map(identity, ...)``
   (plain function, ``num_parallel_calls`` 1 and 4; inline, and with ``inline=False`` on
   worker threads), against a loop of ``await anyio.to_thread.run_sync(identity, x)``, the
   least a thread hop per example costs; and a coroutine ``identity`` (no thread) against a
   loop that only awaits it.
+
+``--breakdown`` runs only the overhead rows without and with the identity stage and prints,
+per batch, what the wall time hides: the event loop's iterations, the results worker
+threads hand back to it, the loop thread's CPU time, and the time of the consumer's takes
+outside the source (the stage's own code as it runs in the pipeline, caches and all).
+``--one-run`` runs one pipeline once, for an instruction count under callgrind;
+``takes-none`` / ``takes-stage`` take from an in-memory source instead (one thread, so the
+counts are exact).
 
 Bars (the script exits 1 if one is missed): CSV through ``ar.map(..., 2)`` >= 1.5x tf.data
 (tf.data's time over ours); the identity stage over 1024-example batches adds < 5% to
@@ -36,6 +45,8 @@ the pipeline without it.
 from __future__ import annotations
 
 import argparse
+import asyncio
+import gc
 import os
 import statistics
 import sys
@@ -174,12 +185,15 @@ def _ratio(reference: float | None, seconds: float) -> str:
 
 
 def interleaved(runs: dict[str, Callable[[], int]], rounds: int, expected: int) -> dict[str, float]:
-    """Median seconds of each run, the runs taking turns (order reversed every round);
-    each must count ``expected`` lines."""
+    """Median seconds of each run, the runs taking turns (order reversed every round, a
+    collection before each); each must count ``expected`` lines."""
     names = list(runs)
     times: dict[str, list[float]] = {name: [] for name in names}
     for r in range(rounds):
         for name in names if r % 2 == 0 else names[::-1]:
+            # Each run starts from the same garbage-collector state: the cycles a previous
+            # run left (loops, tasks, stages) are not collected on another run's time.
+            gc.collect()
             start = time.perf_counter()
             count = runs[name]()
             times[name].append(time.perf_counter() - start)
@@ -309,6 +323,10 @@ def one_run(what: str, scale: float, given: str | None) -> None:
     import asyncreader._pipeline.map as map_module
 
     map_module._INLINE_BELOW = 1.0  # type: ignore[misc]
+    if what.startswith("takes-"):
+        takes = int(200_000 * scale)
+        assert anyio.run(_takes, takes, what == "takes-stage") == takes
+        return
     lines = max(100_000, int(2_000_000 * scale) // 100_000 * 100_000)
     for tmp in _tmpdir(given):
         path = tmp / f"rows-{lines}.csv"
@@ -316,6 +334,127 @@ def one_run(what: str, scale: float, given: str | None) -> None:
             csv_file(path, lines)
         count = anyio.run(_csv_inline, path, what == "stage")
         assert count == lines, count
+
+
+class _CountingLoop(asyncio.SelectorEventLoop):
+    """An event loop that counts its iterations and the callbacks other threads hand it
+    (a worker thread's result coming back is one)."""
+
+    turns = 0
+    handoffs = 0
+
+    def _run_once(self) -> None:
+        _CountingLoop.turns += 1
+        super()._run_once()  # type: ignore[misc]
+
+    def call_soon_threadsafe(
+        self, callback: Callable[..., object], *args: object, context: Any = None
+    ) -> asyncio.Handle:
+        _CountingLoop.handoffs += 1
+        return super().call_soon_threadsafe(callback, *args, context=context)
+
+
+async def _csv_timed(path: Path, with_identity_stage: bool, spent: list[int]) -> int:
+    """The overhead rows' pipeline, noting in ``spent`` the nanoseconds of the source's
+    calls and of the consumer's takes (equal without a stage)."""
+    n = 0
+    clock = time.perf_counter_ns
+    async with ar.Coordinator():
+        files = ar.string_input_producer([str(path)], num_epochs=1, shuffle=False)
+        reader = ar.TextLineReader()
+
+        async def decoded() -> list[np.ndarray]:
+            start = clock()
+            try:
+                return decode(await reader.read_batch(files, BATCH))
+            finally:
+                spent[0] += clock() - start
+
+        source: Any = ar.map(identity, decoded, 1) if with_identity_stage else decoded
+        while True:
+            start = clock()
+            try:
+                cols = await source()
+            except ar.OutOfRangeError:
+                break
+            finally:
+                spent[1] += clock() - start
+            n += len(cols[0])
+    return n
+
+
+def breakdown(tmp: Path, scale: float, rounds: int) -> None:
+    """Where the identity stage's time goes: per batch, without and with the stage, the
+    event loop's iterations, the results worker threads hand back, the loop thread's CPU
+    time, and the time of the consumer's takes outside the source (the stage's own code,
+    as it runs in the pipeline); medians of ``rounds`` interleaved runs."""
+    lines = max(100_000, int(2_000_000 * scale) // 100_000 * 100_000)
+    path = tmp / "rows.csv"
+    if not path.exists():
+        csv_file(path, lines)
+    path.read_bytes()
+    batches = lines / BATCH
+    rows: dict[bool, list[tuple[float, ...]]] = {False: [], True: []}
+    for r in range(rounds):
+        for staged in (False, True) if r % 2 == 0 else (True, False):
+            gc.collect()
+            _CountingLoop.turns = _CountingLoop.handoffs = 0
+            spent = [0, 0]
+            cpu, start = time.thread_time(), time.perf_counter()
+            count = anyio.run(
+                _csv_timed, path, staged, spent, backend_options={"loop_factory": _CountingLoop}
+            )
+            wall, cpu = time.perf_counter() - start, time.thread_time() - cpu
+            assert count == lines, count
+            rows[staged].append(
+                (
+                    wall,
+                    cpu,
+                    _CountingLoop.turns / batches,
+                    _CountingLoop.handoffs / batches,
+                    (spent[1] - spent[0]) / batches / 1e3,
+                )
+            )
+    print(f"{lines:,} lines, {batches:.0f} batches of {BATCH}, medians of {rounds} rounds")
+    print(
+        f"| {'pipeline':<26} | {'wall s':>6} | {'loop CPU s':>10} | {'loop turns':>10} "
+        f"| {'hand-offs':>9} | {'take - source':>13} |"
+    )
+    print(f"|{'-' * 28}|{'-' * 8}|{'-' * 12}|{'-' * 12}|{'-' * 11}|{'-' * 15}|")
+    for staged, what in ((False, "decode in the source"), (True, "same + ar.map(identity, 1)")):
+        wall, cpu, turns, handoffs, own = (
+            statistics.median(row[i] for row in rows[staged]) for i in range(5)
+        )
+        print(
+            f"| {what:<26} | {wall:6.3f} | {cpu:10.3f} | {turns:10.3f} | {handoffs:9.3f} "
+            f"| {own:10.1f} us |"
+        )
+
+
+async def _takes(n: int, with_identity_stage: bool) -> int:
+    """``n`` takes of the same example from an in-memory async callable, with or without
+    the identity stage: one thread, so an instruction count is exact, and its difference is
+    what the stage's own code costs a take."""
+    left = n
+    example = [0]
+
+    async def source() -> list[int]:
+        nonlocal left
+        if not left:
+            raise ar.OutOfRangeError("end")
+        left -= 1
+        return example
+
+    count = 0
+    async with ar.Coordinator():
+        take: Any = ar.map(identity, source, 1) if with_identity_stage else source
+        while True:
+            try:
+                await take()
+            except ar.OutOfRangeError:
+                break
+            count += 1
+    return count
 
 
 def _verdict(ok: bool) -> str:
@@ -341,11 +480,22 @@ def main() -> None:
     )
     parser.add_argument(
         "--one-run",
-        choices=["none", "stage"],
+        choices=["none", "stage", "takes-none", "takes-stage"],
         help="run one overhead pipeline (no stage, or the inline identity stage) once and "
-        "exit, for an instruction count under callgrind",
+        "exit, for an instruction count under callgrind; takes-*: 200,000 * scale takes "
+        "from an in-memory source instead of the CSV pipeline (no threads: exact counts)",
+    )
+    parser.add_argument(
+        "--breakdown",
+        action="store_true",
+        help="only the overhead rows without and with the identity stage: loop iterations, "
+        "thread hand-offs, loop-thread CPU and the stage's own time per batch",
     )
     args = parser.parse_args()
+    if args.breakdown:
+        for tmp in _tmpdir(args.dir):
+            breakdown(tmp, args.scale, args.rounds)
+        return
     if args.one_run:
         one_run(args.one_run, args.scale, args.dir)
         return
