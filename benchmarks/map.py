@@ -19,10 +19,10 @@ reads it once to warm the page cache, then times, best of three wall-clock runs 
   stage's worker task); the same stage with ``inline=False``
   (a round trip to a worker thread per batch); and, as the floor such a round trip cannot
   go below, the same pipeline with one bare ``anyio.to_thread.run_sync(identity, batch)``
-  in the source. These four run interleaved, ``--rounds`` times each (the order reversed
-  every round, a garbage collection before each run), and are compared by their
-  medians: on a shared machine the load changes from one run to the next by more than the
-  difference measured.
+  in the source. These four run interleaved, ``--rounds`` times each (in a balanced order:
+  each in each place and after each other equally often; a garbage collection before each
+  run), and are compared by their medians: on a shared machine the load changes from one
+  run to the next by more than the difference measured.
 * **Per-example overhead.** 20,000 single examples (ints) through ``ar.map(identity, ...)``
   (plain function, ``num_parallel_calls`` 1 and 4; inline, and with ``inline=False`` on
   worker threads), against a loop of ``await anyio.to_thread.run_sync(identity, x)``, the
@@ -184,13 +184,28 @@ def _ratio(reference: float | None, seconds: float) -> str:
     return "-" if reference is None else f"{reference / seconds:.2f}x"
 
 
+def _round_order(n: int, r: int) -> list[int]:
+    """Round ``r``'s order of ``n`` runs: over ``n`` rounds (two for an odd ``n``) each run
+    is in each place, and follows each other run, equally often (a Williams design). Merely
+    reversing the order every round left some runs always after the same few others: of
+    four, the stage after no stage or after the thread-hopping stage, no stage only after
+    itself or the stage."""
+    first = [0]
+    for i in range(1, n):
+        first.append((i + 1) // 2 if i % 2 else n - i // 2)
+    order = [(x + r) % n for x in first]
+    if n % 2 and (r // n) % 2:
+        order.reverse()
+    return order
+
+
 def interleaved(runs: dict[str, Callable[[], int]], rounds: int, expected: int) -> dict[str, float]:
-    """Median seconds of each run, the runs taking turns (order reversed every round, a
-    collection before each); each must count ``expected`` lines."""
+    """Median seconds of each run, the runs taking turns (in a balanced order, see
+    ``_round_order``, a collection before each); each must count ``expected`` lines."""
     names = list(runs)
     times: dict[str, list[float]] = {name: [] for name in names}
     for r in range(rounds):
-        for name in names if r % 2 == 0 else names[::-1]:
+        for name in (names[i] for i in _round_order(len(names), r)):
             # Each run starts from the same garbage-collector state: the cycles a previous
             # run left (loops, tasks, stages) are not collected on another run's time.
             gc.collect()
