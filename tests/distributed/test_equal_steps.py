@@ -374,14 +374,34 @@ async def test_dynamic_pad_batches_are_levelled_and_padded_to_their_own_longest(
     check_tokens(outs, [0, 1, 2], await records(job.paths))
 
 
-@pytest.mark.stress  # about 1 run in 20 loses one batch under "pad": not found yet
-@pytest.mark.parametrize("remainder", ["smaller", "pad"])
-async def test_dynamic_pad_batches_stay_level_when_a_rank_dies_in_the_tail(
-    ray_env: RayEnv, namespace: str, tmp_path: Path, remainder: str
+# With dynamic_pad, about 1 module run in 20 loses the dead rank's batch: not found yet.
+_FLAKY_DYNAMIC = pytest.mark.stress
+
+
+@pytest.mark.parametrize(
+    ("remainder", "read_out", "dynamic"),
+    [
+        ("drop", False, False),
+        ("pad", False, False),
+        ("drop", True, False),
+        pytest.param("smaller", False, True, marks=_FLAKY_DYNAMIC),
+        pytest.param("pad", False, True, marks=_FLAKY_DYNAMIC),
+    ],
+)
+async def test_a_rank_killed_in_the_tail_leaves_the_others_equal(
+    ray_env: RayEnv,
+    namespace: str,
+    tmp_path: Path,
+    remainder: str,
+    read_out: bool,
+    dynamic: bool,
 ) -> None:
-    # Rank 2 dies holding its first batch from the pool: the batch goes back to the
-    # pool and is padded again, to the longest examples of the batch it ends up in.
-    job = Job([], 3, read_out=False, dynamic=True)
+    # Rank 2 dies holding a batch from the pool, unacknowledged: the batch goes back to
+    # the pool, and the rounds go on with two ranks. Killed at its first pool batch, it
+    # may still be reading a file (read again by another rank); killed once it pushed
+    # its last example, its files are not read again. With dynamic_pad the batch is
+    # padded again, to the longest examples of the batch it ends up in.
+    job = Job([], 3, read_out=read_out, dynamic=dynamic)
     outs, expected, tail, ledger, drops = await run_job(
         tmp_path,
         namespace,
@@ -397,34 +417,8 @@ async def test_dynamic_pad_batches_stay_level_when_a_rank_dies_in_the_tail(
     assert len(tail["gone"]) == 1, tail
     acked = tuple(k for b in outs[2].batches[:-1] for k in b if k)
     check_job(outs, expected, tail, ledger, drops, remainder, [0, 1], acked)
-    check_tokens(outs, [0, 1], await records(job.paths))
-
-
-@pytest.mark.parametrize(
-    ("remainder", "read_out"), [("drop", False), ("pad", False), ("drop", True)]
-)
-async def test_a_rank_killed_in_the_tail_leaves_the_others_equal(
-    ray_env: RayEnv, namespace: str, tmp_path: Path, remainder: str, read_out: bool
-) -> None:
-    # Rank 2 dies holding a batch from the pool, unacknowledged: the batch goes back to
-    # the pool, and the rounds go on with two ranks. Killed at its first pool batch, it
-    # may still be reading a file (read again by another rank); killed once it pushed
-    # its last example, its files are not read again.
-    outs, expected, tail, ledger, drops = await run_job(
-        tmp_path,
-        namespace,
-        ranks=3,
-        shuffle=False,
-        remainder=remainder,
-        sizes=[30, 300, 25, 31, 29, 27],
-        kill=2,
-        read_out=read_out,
-    )
-    assert outs[2].stopped.is_set()
-    assert (outs[0].error, outs[1].error) == (None, None)
-    assert len(tail["gone"]) == 1, tail
-    acked = tuple(k for b in outs[2].batches[:-1] for k in b if k)
-    check_job(outs, expected, tail, ledger, drops, remainder, [0, 1], acked)
+    if dynamic:
+        check_tokens(outs, [0, 1], await records(job.paths))
 
 
 @pytest.mark.both_backends
