@@ -544,28 +544,19 @@ async def run_record_batches(
 
 
 @pytest.mark.both_backends
-async def test_examples_holding_a_record_batch_are_levelled(namespace: str, tmp_path: Path) -> None:
-    # Each example holds four records (a RecordBatch component: its records as strings);
-    # the pool joins such examples like any other, and each record arrives once.
-    batches, errors, every, ledger = await run_record_batches(
-        tmp_path, namespace, [4, 4], sizes=[8, 96, 16, 8], delay=0.02
-    )
-    assert errors == [None, None]
-    assert len(batches[0]) == len(batches[1]) > 0
-    delivered = [k for rank in batches for b in rank for k in b if k]
-    assert sorted(delivered) == sorted(every)
-    assert collections.Counter(ledger) == collections.Counter(delivered)
-
-
-@pytest.mark.both_backends
-async def test_dynamic_pad_examples_of_other_lengths_on_each_rank_are_levelled(
-    namespace: str, tmp_path: Path
+@pytest.mark.parametrize(
+    ("lengths", "dynamic_pad"), [([4, 4], False), ([4, 2], True)], ids=["fixed", "dynamic_pad"]
+)
+async def test_examples_holding_a_record_batch_are_levelled(
+    namespace: str, tmp_path: Path, lengths: list[int], dynamic_pad: bool
 ) -> None:
-    # As below, but with dynamic_pad=True the component's length is None on both ranks:
-    # the pool joins rank 0's examples of four records with rank 1's of two (padded
-    # with empty strings, which acknowledging skips), and each record arrives once.
+    # Each example holds a RecordBatch component (its records as strings); the pool joins
+    # such examples like any other, and each record arrives once. With dynamic_pad=True
+    # the component's length is None on both ranks: the pool joins rank 0's examples of
+    # four records with rank 1's of two (padded with empty strings, which acknowledging
+    # skips).
     batches, errors, every, ledger = await run_record_batches(
-        tmp_path, namespace, [4, 2], sizes=[8, 96, 16, 8], delay=0.02, dynamic_pad=True
+        tmp_path, namespace, lengths, sizes=[8, 96, 16, 8], delay=0.02, dynamic_pad=dynamic_pad
     )
     assert errors == [None, None]
     assert len(batches[0]) == len(batches[1]) > 0
