@@ -321,9 +321,10 @@ class LeaseBook:
             self._released[work_item_bytes(lease.item)] = lease
 
     def unacked(self, keys: list[bytes]) -> list[bytes]:
-        """Those of ``keys`` neither acknowledged nor in the tail pool."""
+        """Those of ``keys`` neither acknowledged nor in the tail pool. A key of no lease
+        known any more is acknowledged: its lease settled (every record acknowledged)."""
         out: list[bytes] = []
-        for lease, group in self._match(keys):
+        for lease, group in self._match(keys, settled_ok=True):
             out += [k for k in group if k not in lease.consumed and k not in lease.pooled]
         return out
 
@@ -688,8 +689,11 @@ class LeaseBook:
         self._check_stranded(client)  # after recording this step: it was delivered
         return done
 
-    def _match(self, keys: list[bytes]) -> list[tuple[Lease, list[bytes]]]:
-        """Group ``keys`` by the lease (of any rank, held, pending or released) of their item.
+    def _match(
+        self, keys: list[bytes], *, settled_ok: bool = False
+    ) -> list[tuple[Lease, list[bytes]]]:
+        """Group ``keys`` by the lease (of any rank, held, pending or released) of their item;
+        with ``settled_ok``, leave out keys of no known lease (settled ones).
 
         Raises:
             InvalidArgumentError: a key is a record of no item the queue leased.
@@ -701,6 +705,8 @@ class LeaseBook:
         for key in keys:
             # WholeFileReader's key is the work item itself.
             lease = index.get(key) or index.get(key.rpartition(b":")[0])
+            if lease is None and settled_ok:
+                continue
             if lease is None:
                 raise InvalidArgumentError(
                     f"queue '{self._name}': acknowledged key {key!r} is not a record of a "
