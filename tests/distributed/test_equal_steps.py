@@ -31,6 +31,8 @@ if TYPE_CHECKING:
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(120)]
 
 BATCH = 8
+#: Records per file: one file ten times the others.
+SKEWED = [30, 300, 25, 31, 29, 27]
 
 
 def keep(example: Any) -> Any:
@@ -346,7 +348,7 @@ async def test_every_rank_gets_the_same_number_of_batches(
         ranks=3,
         shuffle=shuffle,
         remainder=remainder,
-        sizes=[30, 300, 25, 31, 29, 27],  # one file ten times the others
+        sizes=SKEWED,
     )
     assert all(o.error is None for o in outs)
     check_job(outs, expected, tail, ledger, drops, remainder, [0, 1, 2])
@@ -366,7 +368,7 @@ async def test_dynamic_pad_batches_are_levelled_and_padded_to_their_own_longest(
         ranks=3,
         shuffle=False,
         remainder=remainder,
-        sizes=[30, 300, 25, 31, 29, 27],
+        sizes=SKEWED,
         job=job,
     )
     assert all(o.error is None for o in outs)
@@ -404,7 +406,7 @@ async def test_a_rank_killed_in_the_tail_leaves_the_others_equal(
         ranks=3,
         shuffle=False,
         remainder=remainder,
-        sizes=[30, 300, 25, 31, 29, 27],
+        sizes=SKEWED,
         kill=2,
         job=job,
     )
