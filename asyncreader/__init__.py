@@ -13,7 +13,8 @@ Everything public is importable from here: ``import asyncreader as ar``.
 # against this list). What a lower layer needs from a higher one is a protocol it defines:
 # the runtime's Checkpointable and Stage, the queues' re-readable record source.
 #
-#   1. _errors, _typing, _yields   the exception tree, shared types, the yield budget
+#   1. _errors, _typing, _yields, _messages
+#                    the exception tree, shared types, the yield budget, values in messages
 #   2. errors, _error_policy       the public errors module, the skip-or-raise policy
 #   3. _io           the I/O executor, filesystems, CRC32C
 #   4. _records      TFRecord, line and fixed-length framing (sans-I/O); RecordBatch;

@@ -30,6 +30,7 @@ import numpy as np
 from .._errors import FailedPreconditionError, InvalidArgumentError, OutOfRangeError
 from .._io.executor import IoCall, run_io_abandoning
 from .._io.filesystem import match_work_items, pattern_names
+from .._messages import short_repr
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
@@ -37,11 +38,6 @@ if TYPE_CHECKING:
     from .._queues.fifo import FIFOQueue
 
 __all__ = ["InputProducer", "ProducerState", "ProducerStatistics"]
-
-
-def _shorten(value: object, limit: int = 60) -> str:
-    text = repr(value)
-    return text if len(text) <= limit else f"{text[: limit - 3]}..."
 
 
 def _fingerprint(rows: np.ndarray[Any, Any]) -> dict[str, Any]:
@@ -80,8 +76,8 @@ def _fingerprint_difference(saved: Any, mine: dict[str, Any], what: str) -> str 
     for field in ("dtype", "shape"):
         if saved.get(field) != mine[field]:
             return (
-                f"the checkpoint's {what} has rows of {field} {_shorten(saved.get(field))}, "
-                f"this one {_shorten(mine[field])}"
+                f"the checkpoint's {what} has rows of {field} {short_repr(saved.get(field))}, "
+                f"this one {short_repr(mine[field])}"
             )
     if "values" in mine:
         theirs = saved.get("values")
@@ -90,8 +86,8 @@ def _fingerprint_difference(saved: Any, mine: dict[str, Any], what: str) -> str 
         for index, (a, b) in enumerate(zip(theirs, mine["values"], strict=True)):
             if a != b:
                 return (
-                    f"{what} row {index} differs: the checkpoint has {_shorten(a)}, "
-                    f"this one {_shorten(b)}"
+                    f"{what} row {index} differs: the checkpoint has {short_repr(a)}, "
+                    f"this one {short_repr(b)}"
                 )
         return None
     if saved.get("sha256") != mine["sha256"]:
@@ -445,14 +441,14 @@ class InputProducer:
             raise InvalidArgumentError(f"{self._what}: malformed checkpoint") from None
         if what != self._what:
             raise InvalidArgumentError(
-                f"checkpoint of a {_shorten(what)} does not fit this {self._what}"
+                f"checkpoint of a {short_repr(what)} does not fit this {self._what}"
             )
         if inputs is None:  # saved before its patterns were listed: nothing was consumed
             if tree.get("patterns") != self._patterns or shuffle is not self._shuffle:
                 raise InvalidArgumentError(
                     f"{self._what}: the checkpoint was taken over the patterns "
-                    f"{_shorten(tree.get('patterns'))} with shuffle={shuffle!r}, this "
-                    f"producer has {_shorten(self._patterns)} with shuffle={self._shuffle}"
+                    f"{short_repr(tree.get('patterns'))} with shuffle={shuffle!r}, this "
+                    f"producer has {short_repr(self._patterns)} with shuffle={self._shuffle}"
                 )
             return
         if not self._expanded():
@@ -470,8 +466,8 @@ class InputProducer:
             or not isinstance(state.position, int)
         ):
             raise InvalidArgumentError(
-                f"{self._what}: malformed checkpoint (rows {_shorten(rows)}, epoch "
-                f"{_shorten(state.epoch)}, position {_shorten(state.position)})"
+                f"{self._what}: malformed checkpoint (rows {short_repr(rows)}, epoch "
+                f"{short_repr(state.epoch)}, position {short_repr(state.position)})"
             )
         if shuffle is not self._shuffle:
             raise InvalidArgumentError(

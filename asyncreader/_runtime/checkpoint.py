@@ -49,6 +49,7 @@ import anyio
 import numpy as np
 
 from .._errors import FailedPreconditionError, InvalidArgumentError
+from .._messages import short_repr
 from . import state_codec
 
 if TYPE_CHECKING:
@@ -133,11 +134,6 @@ class Attempt(Protocol):
         ...
 
 
-def _short(value: object, limit: int = 80) -> str:
-    text = repr(value)
-    return text if len(text) <= limit else f"{text[: limit - 3]}..."
-
-
 def _tag(key: bytes, checkpoint: bytes) -> bytes:
     return hmac.new(key, SIGNED_MAGIC + checkpoint, hashlib.sha256).digest()
 
@@ -147,7 +143,7 @@ def _check_key(key: object) -> bytes | None:
         return None
     if not isinstance(key, (bytes, bytearray)) or not key:
         raise InvalidArgumentError(
-            f"checkpoint_key must be non-empty bytes or None, not {_short(key, 40)}"
+            f"checkpoint_key must be non-empty bytes or None, not {short_repr(key, 40)}"
         )
     return bytes(key)
 
@@ -366,7 +362,7 @@ class Checkpointer:
                 raise
             except _MALFORMED as exc:
                 raise InvalidArgumentError(
-                    f"malformed checkpoint of {key!r}: {type(exc).__name__}: {_short(str(exc))}"
+                    f"malformed checkpoint of {key!r}: {type(exc).__name__}: {short_repr(str(exc))}"
                 ) from exc
 
     def load_components(self, components: dict[str, Any]) -> None:
@@ -418,7 +414,7 @@ class Checkpointer:
         for item in items:
             if bytes(item) not in allowed:
                 raise InvalidArgumentError(
-                    f"the checkpoint would make {where} read {_short(bytes(item))}, which no "
+                    f"the checkpoint would make {where} read {short_repr(bytes(item))}, which no "
                     "input producer built so far in this Session was given. An unsigned "
                     "checkpoint may only name the work items of the restoring program's "
                     "producers (build them before the readers and queues they feed); to "

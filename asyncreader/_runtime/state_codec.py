@@ -29,6 +29,7 @@ import numpy as np
 
 from .._errors import InvalidArgumentError
 from .._io.crc import masked_crc32c
+from .._messages import short_repr
 
 __all__ = ["MAX_DEPTH", "MAX_NODES", "decode", "encode"]
 
@@ -153,7 +154,7 @@ class _Reader:
 
     def blob(self, ref: Any) -> memoryview:
         if not (isinstance(ref, list) and len(ref) == 2 and all(map(_is_int, ref))):
-            raise _Malformed(f"bad blob reference {_short(ref)}")
+            raise _Malformed(f"bad blob reference {short_repr(ref)}")
         offset, length = ref
         if offset != self.cursor or length < 0 or length > len(self.blobs) - offset:
             raise _Malformed(
@@ -177,7 +178,7 @@ class _Reader:
             raise _Malformed(f"unexpected {type(node).__name__}")
         tags = [k for k in node if k in _NODE_KEYS]
         if len(tags) != 1 or set(node) != _NODE_KEYS[tags[0]]:
-            raise _Malformed(f"unknown node with keys {_short(sorted(node))}")
+            raise _Malformed(f"unknown node with keys {short_repr(sorted(node))}")
         tag = tags[0]
         value = node[tag]
         if tag == "$d":
@@ -192,7 +193,7 @@ class _Reader:
             return bytes(self.blob(value))
         if tag == "$f":
             if not isinstance(value, str) or value not in _SPECIAL_FLOATS:
-                raise _Malformed(f"bad float {_short(value)}")
+                raise _Malformed(f"bad float {short_repr(value)}")
             return float(value)
         shape = self.shape(node["shape"])
         count = math.prod(shape)
@@ -219,7 +220,7 @@ class _Reader:
             or len(value) > _MAX_NDIM
             or not all(_is_int(d) and d >= 0 for d in value)
         ):
-            raise _Malformed(f"bad array shape {_short(value)}")
+            raise _Malformed(f"bad array shape {short_repr(value)}")
         return tuple(value)
 
     @staticmethod
@@ -227,13 +228,13 @@ class _Reader:
         # Only the shape of string ``encode`` writes (``dtype.str``) reaches numpy: its
         # parser takes comma lists through ``ast.literal_eval`` and warns on old aliases.
         if not isinstance(value, str) or _DTYPE_STR.fullmatch(value) is None:
-            raise _Malformed(f"bad array dtype {_short(value)}")
+            raise _Malformed(f"bad array dtype {short_repr(value)}")
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("error")
                 dtype = np.dtype(value)
         except (TypeError, ValueError, Warning):
-            raise _Malformed(f"bad array dtype {_short(value)}") from None
+            raise _Malformed(f"bad array dtype {short_repr(value)}") from None
         if (
             dtype.kind not in _ARRAY_KINDS
             or dtype.fields is not None
@@ -241,13 +242,8 @@ class _Reader:
             or dtype.itemsize == 0
             or dtype.str != value
         ):
-            raise _Malformed(f"bad array dtype {_short(value)}")
+            raise _Malformed(f"bad array dtype {short_repr(value)}")
         return dtype
-
-
-def _short(value: Any, limit: int = 60) -> str:
-    text = repr(value)
-    return text if len(text) <= limit else f"{text[: limit - 3]}..."
 
 
 def decode(data: bytes) -> Any:
