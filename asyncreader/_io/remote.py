@@ -567,6 +567,7 @@ class RangeFile:
             if _permanent(exc):
                 raise
             data = b""  # asked for again below, with the retries of any request
+            self._log_retry("reading", start, _describe(exc), "asking again at once")
         if len(data) > end - start:
             raise FailedPreconditionError(
                 f"the server answered a request for bytes {start}-{end - 1} with "
@@ -575,6 +576,8 @@ class RangeFile:
                 offset=start,
             )
         if len(data) < end - start:
+            if data:
+                self._log_short(start, len(data))
             rest = await self._fetch(start + len(data), end)
             return bytes(data) + rest if data else rest
         return data
@@ -608,14 +611,32 @@ class RangeFile:
                         work_item=self._name,
                         offset=at,
                     ) from exc
-                name = self._name
-                _log.warning(
-                    "%s: %s at byte %d failed (%s); asking again in %.2f s (attempt %d of %d)",
-                    name.decode("utf-8", "replace") if isinstance(name, bytes) else name,
-                    doing, at, _describe(exc).partition("\n")[0].strip(), delay,
-                    failures + 1, settings.max_attempts,
-                )  # fmt: skip
+                self._log_retry(
+                    doing,
+                    at,
+                    _describe(exc),
+                    f"asking again in {delay:.2f} s (attempt {failures + 1} of "
+                    f"{settings.max_attempts})",
+                )
                 await asyncio.sleep(delay)
+
+    def _log_retry(self, doing: str, at: int, cause: str, then: str) -> None:
+        """Log a failed request that is asked again: file, byte, the cause's first line."""
+        name = self._name
+        _log.warning(
+            "%s: %s at byte %d failed (%s); %s",
+            name.decode("utf-8", "replace") if isinstance(name, bytes) else name,
+            doing, at, cause.partition("\n")[0].strip(), then,
+        )  # fmt: skip
+
+    def _log_short(self, at: int, got: int) -> None:
+        """Log an answer cut short (its connection ended early): the rest is asked for."""
+        self._log_retry(
+            "reading",
+            at,
+            f"the answer ended after {got} bytes",
+            f"asking for the rest from byte {at + got}",
+        )
 
     async def _fetch(self, start: int, end: int) -> bytes:
         """Bytes ``[start, end)``: retried from the byte reached, never repeated."""
@@ -639,6 +660,8 @@ class RangeFile:
                 )
             pieces.append(data)
             at += len(data)
+            if at < end:
+                self._log_short(at - len(data), len(data))
         return pieces[0] if len(pieces) == 1 else b"".join(pieces)
 
     # -- on the reader's thread -----------------------------------------------------------
