@@ -795,6 +795,10 @@ class EqualSteps:
         self._remainder = remainder
         self._tail = anyio.Event()
         self._joined = False
+        #: Set when a join under way ended (well or not): a second caller waits for it.
+        self._joining: anyio.Event | None = None
+        #: A ``next()`` call is under way (it joins the tail itself when it gets there).
+        self._in_next = False
         self._ended: OutOfRangeError | None = None
         self._count = 0
         self._sample: Comps | None = None
@@ -827,10 +831,22 @@ class EqualSteps:
         return reply
 
     async def _watch(self) -> None:
-        """Wait (in bounded calls) until the work queue's actor reports the tail."""
+        """Wait (in bounded calls) until the work queue's actor reports the tail, then
+        join it unless a batch is being taken (that take joins).
+
+        Joining here, not at the rank's next take, matters when ranks step together (an
+        all-reduce in each training step): a rank that took its batch locally just before
+        the tail began waits in its step for the others, while they wait in the pool for
+        every rank to join. The pool learns its batch count now and the rounds go on.
+        """
         while not await self._call("tail_wait", _POLL):
             pass
         self._tail.set()
+        if self._laid_out and not self._in_next:
+            # An error here (a refused layout, a fenced rank) is raised again by the
+            # rank's next take, which joins in its turn.
+            with contextlib.suppress(AsyncReaderError):
+                await self._join_once()
 
     async def next(self) -> Comps:
         """The batch's flat components.
@@ -841,6 +857,13 @@ class EqualSteps:
         if self._ended is not None:
             await anyio.lowlevel.checkpoint()
             raise OutOfRangeError(str(self._ended))
+        self._in_next = True
+        try:
+            return await self._next()
+        finally:
+            self._in_next = False
+
+    async def _next(self) -> Comps:
         if not self._laid_out:
             await self._send_layout()
         if not self._tail.is_set():
@@ -849,9 +872,15 @@ class EqualSteps:
                 self._count += 1
                 self._sample = local
                 self.last_padding = 0
+                if self._tail.is_set():
+                    # The tail began while this batch was taken: join now, with it
+                    # counted, as the watch does between takes (shielded: the batch is
+                    # in hand, a cancellation must not lose it).
+                    with anyio.CancelScope(shield=True), contextlib.suppress(AsyncReaderError):
+                        await self._join_once()
                 return local
         if not self._joined:
-            await self._join()
+            await self._join_once()
         while True:
             if self._pusher_error is not None:
                 raise self._pusher_error
@@ -935,6 +964,21 @@ class EqualSteps:
         out = got[0]
         structure = batcher._structure_or_fail()
         return list(out) if isinstance(out, (tuple, list)) and len(out) == structure.size else [out]
+
+    async def _join_once(self) -> None:
+        """Join the tail, once: a caller that finds a join under way waits for it, and
+        tries again if it failed."""
+        while not self._joined:
+            joining = self._joining
+            if joining is not None:
+                await joining.wait()
+                continue
+            joining = self._joining = anyio.Event()
+            try:
+                await self._join()
+            finally:
+                self._joining = None
+                joining.set()
 
     async def _join(self) -> None:
         batcher = self._batcher

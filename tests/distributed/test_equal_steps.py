@@ -580,3 +580,87 @@ async def test_ranks_batching_examples_of_another_layout_are_refused_up_front(
         assert "[4]" in message
         assert "one layout" in message
     assert all(len(b) < 10 for b in batches), [len(b) for b in batches]  # 64 each in all
+
+
+@pytest.mark.both_backends
+async def test_ranks_stepping_together_go_on_when_the_tail_begins_between_their_takes(
+    namespace: str, tmp_path: Path
+) -> None:
+    # Ranks that step together (an all-reduce in each training step, as in DDP). At
+    # step 2 rank 0 takes its batch before the tail begins, then waits in its step for
+    # rank 1; rank 1 takes its batch after the tail began, so it joins the tail, whose
+    # rounds start once every rank joined. Rank 0 must join without taking another
+    # batch, or both wait until rank 0's lease_timeout (60 s) has passed.
+    paths, every = await write_files(tmp_path, [30, 30, 9])
+    cluster = ar.RayCluster(namespace=namespace)
+    outs = [Rank(), Rank()]
+    arrived: dict[int, list[int]] = collections.defaultdict(list)
+    reduced: dict[int, anyio.Event] = collections.defaultdict(anyio.Event)
+    # Each rank's reader stops after 16 records until the tail is due: so each holds
+    # one of the first two files (two local batches each), and the last is not leased.
+    released = anyio.Event()
+    tail_began = anyio.Event()
+    ledger: dict[bytes, int] = {}
+
+    async def all_reduce(rank: int, step: int) -> None:
+        arrived[step].append(rank)
+        if len(arrived[step]) == len(outs):
+            reduced[step].set()
+        await reduced[step].wait()
+
+    async def rank_job(rank: int) -> None:
+        out = outs[rank]
+        async with ar.Session(cluster=cluster, rank=rank, world_size=2) as sess:
+            work: Any = ar.FIFOQueue(None, shared_name="files")
+            if rank == 0:
+                await ask(work, "keep_ledger")
+                await work.enqueue_many(paths[:2])
+            reader = ar.TFRecordReader()
+            read = 0
+
+            async def source() -> Any:
+                nonlocal read
+                if read >= 2 * BATCH:
+                    await released.wait()
+                keys, values = await reader.read_up_to(work, 4)
+                read += len(keys)
+                return keys, values
+
+            batcher = ar.batch(
+                source, BATCH, enqueue_many=True, record_refs=reader, remainder="smaller"
+            )
+            step = 0
+            while True:
+                step += 1
+                if rank == 1 and step == 2:
+                    await tail_began.wait()
+                    steps: Any = batcher._steps
+                    await steps._tail.wait()  # this rank has seen it too
+                try:
+                    keys, _ = await batcher.dequeue()
+                except ar.OutOfRangeError:
+                    break
+                keys = [bytes(k) for k in keys]
+                out.batches.append(keys)
+                if rank == 0 and step == 2:
+                    await work.enqueue_many(paths[2:])
+                    await work.close()
+                    released.set()
+                    while not (await ask(work, "tail_status"))["tail"]:  # noqa: ASYNC110
+                        await anyio.sleep(0.01)  # (the actor's state: polled)
+                    tail_began.set()
+                await sess.ack([k for k in keys if k])
+                await all_reduce(rank, step)
+            await all_reduce(rank, 0)  # both are done: rank 0 looks at the ledger
+            if rank == 0:
+                ledger.update(await ask(work, "ledger"))
+            await all_reduce(rank, -1)
+
+    with anyio.fail_after(40):
+        async with anyio.create_task_group() as tg:
+            for r in range(2):
+                tg.start_soon(rank_job, r)
+    assert len(outs[0].batches) == len(outs[1].batches), [len(o.batches) for o in outs]
+    delivered = [k for o in outs for b in o.batches for k in b if k]
+    assert sorted(delivered) == sorted(every)
+    assert ledger == dict.fromkeys(every, 1)
