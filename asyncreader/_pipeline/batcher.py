@@ -36,7 +36,7 @@ from .._queues.random_shuffle import RandomShuffleQueue, deterministic_shuffle_q
 from .._queues.record_refs import RecordRefs, as_record_refs
 from .._records.batch import RecordBatch
 from .._runtime import input_waits
-from .._runtime.checkpoint import owned_resources
+from .._runtime.checkpoint import note_payload, owned_resources
 from .._runtime.context import current_checkpointer, current_session
 from .._runtime.queue_runner import QueueRunner
 from .._typing import BatchT
@@ -418,6 +418,7 @@ class Batcher(Generic[BatchT]):
                 if saved is not None:
                     pending.append([source.index, {"record_refs": saved}])
                 else:
+                    note_payload(self._what)
                     pending.append([source.index, comps])
         return {
             **header,

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from .._errors import FailedPreconditionError, InvalidArgumentError
-from .._runtime.checkpoint import RestoredWork, as_work_item
+from .._runtime.checkpoint import RestoredWork, as_work_item, note_payload
 from .._runtime.context import current_coordinator
 from .attempts import CLOSE, ENQUEUE, REREAD, Attempt
 
@@ -120,7 +120,11 @@ class QueueCheckpointing:
 
     def _save_rows(self, rows: list[Any]) -> Any:
         snapshot = self._codec.snapshot_rows(rows)
-        return snapshot if self._refs is None else self._refs.strip(snapshot)
+        if self._refs is None:
+            if len(rows):
+                note_payload(f"queue '{self.name}'")
+            return snapshot
+        return self._refs.strip(snapshot)
 
     def _checkpoint_restore(self, tree: Any) -> None:
         """Load a tree from :meth:`_checkpoint_save` into this new, unused queue.

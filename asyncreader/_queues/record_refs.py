@@ -350,6 +350,7 @@ class RefLayout:
             ) from None
         checkpointer = current_checkpointer()
         if checkpointer is not None:  # an unsigned restore reads only its producers' files
+            await checkpointer.work_items_ready()
             checkpointer.check_work_items(works, f"queue '{self._queue}' (record_refs)")
         if parts:
             keys, values = await self._source.reread(

@@ -53,7 +53,7 @@ from .._messages import short_repr
 from . import state_codec
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterable, Iterator
+    from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator
 
 __all__ = [
     "Attempt",
@@ -65,6 +65,7 @@ __all__ = [
     "check_taken_work",
     "current_stage",
     "decode_trusted",
+    "note_payload",
     "outside_stage",
     "owned_resources",
 ]
@@ -78,6 +79,9 @@ _TAG_SIZE: Final = hashlib.sha256().digest_size
 _MALFORMED: Final = (TypeError, ValueError, KeyError, IndexError, AttributeError, OverflowError)
 
 _stage: ContextVar[StageTask | None] = ContextVar("asyncreader_stage", default=None)
+#: While a rank saves its pipeline for a job checkpoint: the components that saved
+#: elements as payloads (see :meth:`Checkpointer.save_pipeline`).
+_payloads: ContextVar[list[str] | None] = ContextVar("asyncreader_payloads", default=None)
 _owned: ContextVar[bool] = ContextVar("asyncreader_owned_resources", default=False)
 #: Queues restored from an unsigned checkpoint holding strings that no producer names:
 #: queue -> (its Checkpointer, those strings, where they are, for messages).
@@ -218,6 +222,14 @@ def check_taken_work(queue: object, work: bytes) -> None:
         checkpointer.check_work_items([work], where)
 
 
+def note_payload(where: str) -> None:
+    """A component saves elements as payloads, not as record references (called while
+    saving): a rank's part of a job checkpoint cannot then tell which records it holds."""
+    seen = _payloads.get()
+    if seen is not None:
+        seen.append(where)
+
+
 def current_stage() -> StageTask | None:
     """Return the stage task running in the current context, or ``None``."""
     return _stage.get()
@@ -254,7 +266,7 @@ class StageTask:
     queue saves, so a checkpoint may be taken.
     """
 
-    __slots__ = ("blocked_on", "dequeuing", "go", "name", "parked", "queue", "waiter")
+    __slots__ = ("blocked_on", "dequeuing", "go", "leasing", "name", "parked", "queue", "waiter")
 
     def __init__(self, name: str, queue: object) -> None:
         self.name = name
@@ -264,6 +276,9 @@ class StageTask:
         self.waiter: Attempt | None = None  # the queue attempt it is blocked in
         self.blocked_on: object = None  # the queue it is blocked in
         self.dequeuing = False  # whether that attempt takes elements out
+        #: It waits for a shared queue to lease its reader a work item: it holds nothing
+        #: (a reader takes its next item only once done with the last one).
+        self.leasing = False
 
     @contextlib.contextmanager
     def blocked(self, queue: object, attempt: Attempt, *, dequeue: bool) -> Iterator[None]:
@@ -276,6 +291,8 @@ class StageTask:
 
     def settled(self) -> bool:
         """Whether the task holds nothing outside the components right now."""
+        if self.leasing:
+            return True
         if self.parked:
             return self.go is None or not self.go.is_set()
         w = self.waiter
@@ -320,6 +337,11 @@ class Checkpointer:
         self._components: dict[str, tuple[Callable[[], Any], Callable[[Any], Any]]] = {}
         self._stages: set[StageTask] = set()
         self.paused = False
+        #: Awaited before records saved as references are read again (a job restore
+        #: learns the work items they may name from the cluster first).
+        self._work_gate: Callable[[], Awaitable[None]] | None = None
+        #: Describes the stages, for the message of a pause that does not settle.
+        self.describe: Callable[[], str] = str
 
     # -- components ----------------------------------------------------------------------
 
@@ -365,10 +387,38 @@ class Checkpointer:
                     f"malformed checkpoint of {key!r}: {type(exc).__name__}: {short_repr(str(exc))}"
                 ) from exc
 
-    def load_components(self, components: dict[str, Any]) -> None:
-        """Restore ``components`` (trusted: taken from a checkpoint already checked) as
-        the components they belong to are built."""
+    def load_components(
+        self,
+        components: dict[str, Any],
+        *,
+        gate: Callable[[], Awaitable[None]] | None = None,
+    ) -> None:
+        """Restore ``components`` (from a job checkpoint already checked) as the
+        components they belong to are built.
+
+        Args:
+            components: Saved states by key.
+            gate: For a rank's pipeline from an unsigned job checkpoint: the work items
+                its record references may name are only known once the job's work
+                queue has its items again; ``gate()`` waits for them and allows them
+                (see :meth:`allow_work_items`), and references are checked after it.
+        """
         self._saved = dict(components)
+        if gate is not None and self._key is None:
+            self._vetting = True
+            self._work_gate = gate
+
+    @property
+    def keyed(self) -> bool:
+        """Whether the session signs its checkpoints (and trusts what it restores)."""
+        return self._key is not None
+
+    async def work_items_ready(self) -> None:
+        """Wait until the work items a restore may read are known (see
+        :meth:`load_components`); at once, usually."""
+        gate = self._work_gate
+        if gate is not None:
+            await gate()
 
     def tracked_states(self) -> dict[str, Any]:
         """Save the states added with ``Session.track_state`` / ``track_rng`` only."""
@@ -378,6 +428,26 @@ class Checkpointer:
             if obj is not None:
                 states[key] = save(obj)
         return states
+
+    def save_pipeline(self, skip: Callable[[str, object], bool]) -> dict[str, Any] | None:
+        """Save every component but the tracked states and those ``skip(key, obj)``
+        names (a rank's pipeline, for a job checkpoint; synchronous, inside
+        :meth:`pause`). ``None`` when a component holds elements saved as payloads or
+        examples in a map stage: which records those are cannot be told."""
+        seen: list[str] = []
+        token = _payloads.set(seen)
+        try:
+            components: dict[str, Any] = {}
+            for key, (ref, save) in list(self._components.items()):
+                obj = ref()
+                if obj is None or key.startswith("state/") or skip(key, obj):
+                    continue
+                tree = components[key] = save(obj)
+                if key.startswith("map/") and tree.get("calls"):
+                    seen.append(key)
+        finally:
+            _payloads.reset(token)
+        return None if seen else components
 
     def seal(self, tree: Any) -> bytes:
         """Encode ``tree`` as checkpoint bytes, signed when the session has a key."""
@@ -475,6 +545,23 @@ class Checkpointer:
             FailedPreconditionError: another checkpoint is being taken.
             TimeoutError: the stage tasks did not settle within ``timeout`` seconds.
         """
+        async with self.pause(timeout, describe):
+            tree = self._save_all()
+        return self.seal(tree)
+
+    @contextlib.asynccontextmanager
+    async def pause(
+        self,
+        timeout: float | None,  # noqa: ASYNC109
+        describe: Callable[[], str] | None = None,
+    ) -> AsyncIterator[None]:
+        """Pause the stage tasks until every one is settled; they stay paused for the
+        block (whatever they hold then is in the components), and go on after it.
+
+        Raises:
+            FailedPreconditionError: another checkpoint is being taken.
+            TimeoutError: the stage tasks did not settle within ``timeout`` seconds.
+        """
         if self.paused:
             raise FailedPreconditionError("a checkpoint is already being taken")
         self.paused = True
@@ -489,18 +576,18 @@ class Checkpointer:
                         t.go.set()  # one more operation, for the stage waiting on it
                 if anyio.current_time() >= deadline:
                     names = ", ".join(sorted(t.name for t in busy))
+                    stages = (describe or self.describe)()
                     raise TimeoutError(
                         f"checkpoint: stage tasks did not settle within {timeout} s "
-                        f"(busy: {names}); stages: {describe()}"
+                        f"(busy: {names}); stages: {stages}"
                     )
                 await anyio.sleep(_POLL)
-            tree = self._save_all()
+            yield
         finally:
             self.paused = False
             for t in self._stages:
                 if t.go is not None:
                     t.go.set()
-        return self.seal(tree)
 
     def _needed(self, task: StageTask) -> bool:
         """Whether another stage task is blocked waiting for ``task``'s queue."""
