@@ -191,11 +191,13 @@ class QueueHost:
         lease_timeout: float,
         schedule: int | None = None,
         job: Any = None,
+        holdings: dict[bytes, list[int]] | None = None,
     ) -> tuple[Any, ...]:
         """Watch a rank that leases work items (see :meth:`LeaseBook.register`); ``job``
-        is the job's registry actor, told when the queue declares a rank dead."""
+        is the job's registry actor, told when the queue declares a rank dead;
+        ``holdings``: the records the rank's restored pipeline holds."""
         try:
-            self._leases.register(client, anchor, lease_timeout, schedule)
+            self._leases.register(client, anchor, lease_timeout, schedule, holdings)
         except AsyncReaderError as exc:
             return ("error", type(exc).__name__, str(exc))
         if job is not None and self._job is None:
@@ -302,6 +304,19 @@ class QueueHost:
         """Job checkpoint ``number`` waits for ``ranks`` (see
         :meth:`LeaseBook.checkpoint_wanted`)."""
         self._leases.checkpoint_wanted(number, ranks)
+
+    async def job_items(self, within: float) -> tuple[Any, ...]:
+        """The work items of the restored job checkpoint's leases, once the program has
+        enqueued the items again (see :meth:`ItemLog.lease_items`); errors as values."""
+        items = await self._items.lease_items(within)
+        if items is None:
+            return (
+                "error",
+                "FailedPreconditionError",
+                f"shared queue '{self._leases._name}' was not given its work items again "
+                f"within {within:g} s of a restore from a job checkpoint",
+            )
+        return ("ok", items)
 
     def restore_job(self, snapshot: dict[str, Any]) -> tuple[Any, ...]:
         """Restore the queue from its part of a job checkpoint once the program has

@@ -35,6 +35,19 @@ number of ranks of the restoring job. Records in the epoch's tail pool (see ``ta
 such records too: their leases stay held until another rank acknowledges them (or, when
 their rank is gone, are kept released with their pooled keys), so a checkpoint in the
 tail saves them as leases, and the pool is not saved.
+
+In a deterministic job each rank's part also holds its *pipeline* (its batchers' and
+local queues' contents, reader records as references), saved while its stage tasks are
+paused, from before its positions are reported until the cut, so that buffers, positions
+and acknowledgements describe one moment. A rank in the epoch's tail, or whose pipeline
+holds elements it cannot name as reader records, saves none. Restored with as many
+ranks (and deterministic), a rank restores its pipeline, and tells the queue's actor
+which records of which items its buffers hold (:func:`held_records`, derived from the
+references themselves): every reader of those items skips them while that rank lives
+(see ``LeaseBook.register``), and its acknowledgements of them before its readers take
+the items again are matched to the restored leases. For an unsigned checkpoint the
+references may only name the items of the restored leases, which the rank learns from
+the actor once the program has enqueued the items again (:meth:`ItemLog.lease_items`).
 """
 
 from __future__ import annotations
@@ -43,7 +56,10 @@ import asyncio
 import contextlib
 import hashlib
 import math
+import time
 from typing import TYPE_CHECKING, Any, Final
+
+import numpy as np
 
 from .._errors import FailedPreconditionError, InvalidArgumentError
 from .._readers.work import work_item_bytes
@@ -51,12 +67,16 @@ from .._readers.work import work_item_bytes
 if TYPE_CHECKING:
     from .work_queue import LeaseBook
 
-__all__ = ["JOB_FORMAT", "CheckpointHost", "ItemLog", "check_job_tree"]
+__all__ = ["JOB_FORMAT", "CheckpointHost", "ItemLog", "check_job_tree", "held_records"]
 
 #: What a job checkpoint's tree says it is.
 JOB_FORMAT: Final = "asyncreader-job/1"
 #: How often the checkpoint barrier looks for dead ranks while it waits for the others.
 _DEATH_POLL: Final = 0.2
+#: How often a restoring rank's question for the restored leases' items looks again.
+_ITEMS_POLL: Final = 0.02
+#: The keys of a section of record references (see ``RefLayout.strip``).
+_REF_SECTION: Final = frozenset({"works", "work", "record", "crc32c", "rest"})
 
 
 def _digest_update(digest: Any, work: bytes) -> None:
@@ -235,6 +255,20 @@ class ItemLog:
         if stop > start:
             await queue.enqueue_many(list(values[start:stop]))
 
+    async def lease_items(self, within: float) -> list[bytes] | None:
+        """The work items of the restored checkpoint's leases, once the program has
+        enqueued the items again (``None`` if that takes longer than ``within`` s): the
+        files a restoring rank's pipeline may hold records of."""
+        deadline = time.monotonic() + within
+        while self.restored is None or self.values is None:
+            if time.monotonic() > deadline:
+                return None
+            await asyncio.sleep(_ITEMS_POLL)
+        restored, values = self.restored, self.values
+        if "examples" in restored:
+            return []
+        return [work_item_bytes(values[lease[0]]) for lease in restored["leases"]]
+
     def close_check(self, name: str) -> None:
         """A close while a restore still waits for items: the program gave too few.
 
@@ -266,6 +300,10 @@ def check_job_tree(tree: Any) -> dict[str, Any]:
         ranks, queues = tree["ranks"], tree["queues"]
         if not isinstance(ranks, list) or not all(isinstance(p, dict) for p in ranks):
             raise TypeError("ranks")
+        for r, part in enumerate(ranks):
+            pipeline = part.get("pipeline")
+            if pipeline is not None and not isinstance(pipeline, dict):
+                raise TypeError(f"rank {r}'s pipeline")
         if int(tree["world_size"]) != len(ranks) or not isinstance(queues, dict):
             raise TypeError("world_size")
         for name, snap in queues.items():
@@ -273,6 +311,51 @@ def check_job_tree(tree: Any) -> dict[str, Any]:
     except (TypeError, KeyError, ValueError, IndexError) as exc:
         raise InvalidArgumentError(f"malformed job checkpoint ({exc})") from None
     return tree
+
+
+def held_records(pipeline: dict[str, Any], rank: int) -> dict[bytes, list[int]]:
+    """The records a rank's saved pipeline holds (its queues' and batchers' record
+    references), by work item: what its restored buffers hold, so its leases skip them.
+
+    Raises:
+        InvalidArgumentError: a section of references is malformed.
+    """
+    held: dict[bytes, set[int]] = {}
+    todo: list[Any] = [pipeline]
+    try:
+        while todo:
+            node = todo.pop()
+            if isinstance(node, dict):
+                if node.keys() == _REF_SECTION:
+                    _held_section(node, held)
+                    continue
+                todo.extend(node.values())
+            elif isinstance(node, (list, tuple)):
+                todo.extend(node)
+    except (TypeError, ValueError, IndexError, OverflowError) as exc:
+        raise InvalidArgumentError(
+            f"malformed job checkpoint (rank {rank}'s pipeline: record references: {exc})"
+        ) from None
+    return {work: sorted(records) for work, records in held.items()}
+
+
+def _held_section(section: dict[str, Any], held: dict[bytes, set[int]]) -> None:
+    works = section["works"]
+    if not isinstance(works, list) or not all(isinstance(w, bytes) for w in works):
+        raise TypeError("work items")
+    index = np.asarray(section["work"])
+    records = np.asarray(section["record"])
+    crcs = np.asarray(section["crc32c"])
+    if index.ndim != 1 or not index.shape == records.shape == crcs.shape:
+        raise ValueError("reference arrays differ in length")
+    if not len(index):
+        return
+    if index.dtype.kind not in "iu" or records.dtype.kind not in "iu":
+        raise TypeError("reference arrays")
+    if int(index.min()) < 0 or int(index.max()) >= len(works) or int(records.min()) < 0:
+        raise IndexError("reference out of range")
+    for i, record in zip(index.tolist(), records.tolist(), strict=True):
+        held.setdefault(works[i], set()).add(record)
 
 
 def _check_snapshot(name: str, snap: Any) -> None:

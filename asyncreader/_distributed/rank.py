@@ -15,15 +15,22 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import threading
+import weakref
 from typing import TYPE_CHECKING, Any
 
 from .._errors import InvalidArgumentError, OutOfRangeError
 from .._readers.work import LeasedWork, work_item_bytes
+from .._runtime.checkpoint import current_stage
 
 if TYPE_CHECKING:
     from .remote_queue import RayBackend, RemoteQueue
+    from .work_queue import Grant
 
-__all__ = ["Anchor", "CheckpointWanted", "Heartbeat", "LeaseClient"]
+__all__ = ["Anchor", "CheckpointWanted", "Heartbeat", "LeaseClient", "leasing_readers"]
+
+#: Readers that took work items from a shared queue: their positions are their leases',
+#: so a rank's part of a job checkpoint does not save them.
+leasing_readers: weakref.WeakSet[Any] = weakref.WeakSet()
 
 
 class CheckpointWanted(Exception):
@@ -111,9 +118,35 @@ class LeaseClient:
             held.offset = held.current_offset()
             held.reader = None
             self._finished.append((held.lid, held.offset))
+        leasing_readers.add(reader)
+        # The stage task waiting here holds nothing: a job checkpoint's pause need not
+        # wait for its work item.
+        stage = current_stage()
+        if stage is not None:
+            stage.leasing = True
+        try:
+            lid, item, position, skip, base, kept = await self._lease()
+        finally:
+            if stage is not None:
+                stage.leasing = False
+        work = work_item_bytes(item)
+        keys = set(skip)
+        if kept:
+            # Records a restored pipeline holds (this rank's, or a live one's): skipped.
+            keys.update(reader._record_keys(work, kept))
+        held = Held(
+            lid, work, reader, reader.num_records_produced(),
+            base if position is not None else 0, keys, len(keys), acked=set(skip),
+        )  # fmt: skip
+        self._reading[id(reader)] = held
+        self._held[lid] = held
+        self._by_work.setdefault(held.work, []).append(held)
+        return LeasedWork(item, position, keys)
+
+    async def _lease(self) -> Grant:
         while True:
             try:
-                lid, item, position, skip, base = await self._queue._call("lease", self._finished)
+                grant: Grant = await self._queue._call("lease", self._finished)
             except OutOfRangeError:
                 self._finished = []  # the actor recorded them
                 raise
@@ -121,17 +154,8 @@ class LeaseClient:
                 self._finished = []
                 await self._queue._backend.join_checkpoint(wanted.number)
                 continue  # then wait for work again
-            break
-        self._finished = []
-        keys = set(skip)
-        held = Held(
-            lid, work_item_bytes(item), reader, reader.num_records_produced(),
-            base if position is not None else 0, keys, len(keys), acked=set(skip),
-        )  # fmt: skip
-        self._reading[id(reader)] = held
-        self._held[lid] = held
-        self._by_work.setdefault(held.work, []).append(held)
-        return LeasedWork(item, position, keys)
+            self._finished = []
+            return grant
 
     def match(self, keys: list[bytes]) -> tuple[dict[int, list[bytes]], list[bytes]]:
         """Split ``keys`` by the lease whose item they belong to; return the rest too."""

@@ -27,15 +27,14 @@ from .._runtime.resources import check_shared_config
 from .awaiting import wait_ref
 from .cluster import ACTOR_PREFIX, JOB_ACTOR, kill_actors
 from .hosting import VERBS, JobHost, QueueHost
-from .job_checkpoint import check_job_tree
-from .rank import Anchor, CheckpointWanted, Heartbeat, LeaseClient, unknown_keys
+from .job_checkpoint import check_job_tree, held_records
+from .rank import Anchor, CheckpointWanted, Heartbeat, LeaseClient, leasing_readers, unknown_keys
 from .tail import EqualSteps
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
-
     from .._queues.statistics import QueueStatistics
     from .._readers.work import LeasedWork
+    from .._runtime.checkpoint import Checkpointer
     from .._runtime.stages import StageStatistics
     from .cluster import RayCluster
 
@@ -95,10 +94,20 @@ class RayBackend:
         self._joined: dict[int, tuple[Any, ...]] = {}
         # Set while a waiting reader takes part: acknowledgements wait (the cut).
         self._joining: anyio.Event | None = None
-        # This rank's part of a job checkpoint (its tracked states), and the task that
-        # acknowledges its steps (the one that calls checkpoint()).
-        self._part: Callable[[], dict[str, Any]] = dict
+        # The session's checkpoint bookkeeping (this rank's part of a job checkpoint is
+        # saved from it, and restored into it), and the task that acknowledges its steps
+        # (the one that calls checkpoint()).
+        self._checkpointer: Checkpointer | None = None
         self._acker: int | None = None
+        # The batchers' step sources (the tail).
+        self._steps: list[EqualSteps] = []
+        # A pipeline restored from a job checkpoint: the records its buffers hold, by
+        # work item, and the shared queue whose restored leases they belong to; whether
+        # that queue's items are back (its leases known).
+        self._held: dict[bytes, list[int]] = {}
+        self._held_queue: str | None = None
+        self._held_known = False
+        self._held_lock = anyio.Lock()
 
     # -- SharedBackend -------------------------------------------------------------------
 
@@ -201,6 +210,7 @@ class RayBackend:
             actor.detach.remote(self._client, [])
             raise
         queue = RemoteQueue(self, actor, name, container, have)
+        queue._actor_name = actor_name
         self._queues[key] = queue
         return queue
 
@@ -244,13 +254,17 @@ class RayBackend:
             by_lease, rest = queue._leases.match(rest)
             plans.append((queue, by_lease))
         # Records that came through a tail pool belong to other ranks' leases: the pool's
-        # actor matches them.
+        # actor matches them. So do records a restored pipeline held, while their leases
+        # are not taken again yet.
         foreign: dict[int, list[bytes]] = {}
+        if rest and self._held:
+            rest = await self._plan_held(rest, plans, foreign)
         if rest:
             pools = [i for i, (queue, _) in enumerate(plans) if queue._pooled]
             if not pools:
                 raise unknown_keys(rest)
-            foreign[pools[0]], rest = rest, []
+            foreign.setdefault(pools[0], []).extend(rest)
+            rest = []
         for i, (queue, by_lease) in enumerate(plans):
             leases = queue._leases
             assert leases is not None
@@ -265,35 +279,85 @@ class RayBackend:
             leases.acked(by_lease)
             leases.done(reply[1])
 
-    def part_source(self, source: Callable[[], dict[str, Any]]) -> None:
-        """``source()`` is this rank's part of a job checkpoint (its tracked states)."""
-        self._part = source
+    async def _plan_held(
+        self,
+        keys: list[bytes],
+        plans: list[tuple[RemoteQueue, dict[int, list[bytes]]]],
+        foreign: dict[int, list[bytes]],
+    ) -> list[bytes]:
+        """Add to ``foreign`` (by plan) the ``keys`` of records the restored pipeline
+        held whose leases this rank has not taken again; return the others."""
+        held = self._held
+        mine = [k for k in keys if k in held or k.rpartition(b":")[0] in held]
+        if not mine:
+            return keys
+        queue = await self._restored_queue()
+        await self._held_items()  # the queue's leases are back: the actor knows them
+        index = next((i for i, (q, _) in enumerate(plans) if q is queue), None)
+        if index is None:
+            plans.append((queue, {}))
+            index = len(plans) - 1
+        foreign.setdefault(index, []).extend(mine)
+        chosen = set(mine)
+        return [k for k in keys if k not in chosen]
+
+    def part_source(self, source: Checkpointer) -> None:
+        """This rank's part of a job checkpoint is saved from ``source`` (the session's
+        checkpoint bookkeeping) and restored into it."""
+        self._checkpointer = source
 
     def equal_steps(self, batcher: Any, remainder: str) -> EqualSteps | None:
         """The pool giving ``batcher`` as many batches as every other rank, or ``None``
         when this rank leases from no shared queue (nothing to level)."""
-        queues = [q for q in self._queues.values() if q._leases is not None and not q._detached]
+        # A restored pipeline may hand out batches before its readers lease anything.
+        queues = [
+            q
+            for q in self._queues.values()
+            if (q._leases is not None or q._actor_name == self._held_queue) and not q._detached
+        ]
         if not queues:
             return None
         queue = queues[0]
         queue._pooled = True
-        return EqualSteps(self, queue, batcher, remainder)  # type: ignore[arg-type]
+        steps = EqualSteps(self, queue, batcher, remainder)  # type: ignore[arg-type]
+        self._steps.append(steps)
+        return steps
 
     # -- job checkpoints (see job_checkpoint) --------------------------------------------
 
-    def load_job(self, tree: Any) -> dict[str, Any] | None:
+    def load_job(self, tree: Any) -> None:
         """Keep the shared queues' parts of a job checkpoint, restored as the queues are
-        looked up; return this rank's part when the job had as many ranks, else ``None``.
+        looked up. When the job had as many ranks, this rank's tracked states are
+        restored too, and in a deterministic job its pipeline (its batchers' and
+        queues' contents): the records its buffers hold are then skipped by the
+        readers of their leases (see the scale-out guide).
 
         Raises:
             InvalidArgumentError: ``tree`` is not a job checkpoint, or is malformed.
         """
         job = check_job_tree(tree)
         self._restoring = dict(job["queues"])
-        if job["world_size"] != self.world_size:
-            return None
-        part: dict[str, Any] = job["ranks"][self.rank]
-        return part
+        checkpointer = self._checkpointer
+        if job["world_size"] != self.world_size or checkpointer is None:
+            return
+        part: dict[str, Any] = dict(job["ranks"][self.rank])
+        pipeline = part.pop("pipeline", None)
+        leasing = [name for name, snap in self._restoring.items() if snap.get("leases")]
+        # Records of one queue's leases only: a key names its item, not its queue.
+        if pipeline is None or not self.deterministic or len(leasing) > 1:
+            checkpointer.load_components(part)
+            return
+        held = held_records(pipeline, self.rank)
+        if held and not leasing:
+            raise InvalidArgumentError(
+                f"malformed job checkpoint (rank {self.rank}'s pipeline holds records, "
+                "and no work item is leased in it)"
+            )
+        self._held = held
+        self._held_queue = leasing[0] if held else None
+        # Its records are read again once the work queue's items are back (unsigned:
+        # only records of those items are).
+        checkpointer.load_components({**part, **pipeline}, gate=self._held_items if held else None)
 
     def _restore_queue(self, actor: Any, name: str, snapshot: Any) -> None:
         ray = self._ray
@@ -328,6 +392,15 @@ class RayBackend:
             await anyio.lowlevel.checkpoint()
             return self._checkpoint_answer(joined)
         self._checkpoint_count = max(self._checkpoint_count, number)
+        checkpointer = self._checkpointer
+        if checkpointer is None or not self._saves_pipeline():
+            return await self._arrive(number, part, timeout)
+        # The rank's pipeline stays paused until the cut: the positions its readers
+        # report, its acknowledgements and its buffers describe one moment.
+        async with checkpointer.pause(timeout):
+            return await self._arrive(number, self._with_pipeline(part), timeout)
+
+    async def _arrive(self, number: int, part: dict[str, Any], timeout: float | None) -> Any:  # noqa: ASYNC109
         await self.ack([])  # report every reader's position: a restore seeks there
         queues = self._queue_actors()
         ref = self._job.arrive.remote(number, self.rank, self.world_size, part, queues, timeout)
@@ -336,6 +409,22 @@ class RayBackend:
         with anyio.move_on_after(limit):
             return self._checkpoint_answer(await self._wait(ref, "job", self._job))
         raise TimeoutError(f"job checkpoint {number}: no answer within {limit:g} s")
+
+    def _saves_pipeline(self) -> bool:
+        """Whether this rank's part of a job checkpoint holds its pipeline: in a
+        deterministic job, before the epoch's tail (the pool is not saved)."""
+        return self.deterministic and not any(s.in_tail for s in self._steps)
+
+    def _with_pipeline(self, part: dict[str, Any]) -> dict[str, Any]:
+        """``part`` and, unless it holds examples it cannot name, the rank's pipeline
+        (synchronous: the pipeline is paused). Readers that lease are not in it: their
+        positions are the leases'."""
+        assert self._checkpointer is not None
+        leasing = leasing_readers
+        pipeline = self._checkpointer.save_pipeline(
+            lambda key, obj: key.startswith("reader/") and obj in leasing
+        )
+        return {**part, "pipeline": pipeline} if pipeline else part
 
     @staticmethod
     def _checkpoint_answer(reply: tuple[Any, ...]) -> Any:
@@ -380,17 +469,86 @@ class RayBackend:
         self._checkpoint_count = number
         queues = self._queue_actors()
         joining = self._joining = anyio.Event()
+        checkpointer = self._checkpointer
         try:
-            ref = self._job.arrive.remote(
-                number, self.rank, self.world_size, self._part(), queues, None
-            )
-            reply = await self._wait(ref, "job", self._job)
+            part = {} if checkpointer is None else checkpointer.tracked_states()
+            async with contextlib.AsyncExitStack() as stack:
+                if checkpointer is not None and self._saves_pipeline():
+                    # As in checkpoint(): this task waits for work, holding nothing.
+                    try:
+                        await stack.enter_async_context(
+                            checkpointer.pause(self._cluster.lease_timeout)
+                        )
+                    except (TimeoutError, FailedPreconditionError):
+                        pass  # the stages are busy: the rank's part is without them
+                    else:
+                        part = self._with_pipeline(part)
+                ref = self._job.arrive.remote(
+                    number, self.rank, self.world_size, part, queues, None
+                )
+                reply = await self._wait(ref, "job", self._job)
         finally:
             self._joining = None
             joining.set()
         if number > self._checkpoint_calls:
             self._joined[number] = tuple(reply)
         return bool(reply[0] == "ok")
+
+    async def _restored_queue(self, *, register: bool = True) -> RemoteQueue:
+        """The shared queue whose restored leases the pipeline's records belong to
+        (waiting for the program to build it; registered to lease when ``register``).
+
+        Raises:
+            FailedPreconditionError: the program did not build it within
+                ``connect_timeout``.
+        """
+        name = self._held_queue
+        with anyio.move_on_after(self._cluster.connect_timeout):
+            while True:
+                queue = self._queue_actors_by_name().get(name or "")
+                if queue is not None:
+                    if register:
+                        await queue._lease_client_ready()
+                    return queue
+                await anyio.sleep(0.02)
+        raise FailedPreconditionError(
+            f"the pipeline restored from the job checkpoint holds records of the work "
+            f"items of shared queue {name!r}, which this rank's session did not build"
+        )
+
+    def _queue_actors_by_name(self) -> dict[str, RemoteQueue]:
+        return {
+            f"{ACTOR_PREFIX}{container}/{kind}/{name}": queue
+            for (container, kind, name), queue in self._queues.items()
+        }
+
+    async def _held_items(self) -> None:
+        """Wait until the work queue's restored leases are back (the program enqueued
+        its items again); allow their items: the restored pipeline's records may only
+        be of those (see ``Checkpointer.load_components``).
+
+        Raises:
+            FailedPreconditionError: the items did not come back within
+                ``lease_timeout``, or the queue's actor failed.
+        """
+        if self._held_known:
+            return
+        async with self._held_lock:
+            await self._fetch_held_items()
+
+    async def _fetch_held_items(self) -> None:
+        if not self._held_known:  # asked by another task meanwhile
+            queue = await self._restored_queue(register=False)
+            reply = await self._wait(
+                queue._actor.job_items.remote(self._cluster.lease_timeout),
+                queue.name,
+                queue._actor,
+            )
+            if reply[0] != "ok":
+                raise _error(reply[1], reply[2])
+            if self._checkpointer is not None:
+                self._checkpointer.allow_work_items(reply[1])
+            self._held_known = True
 
     async def _lease_client(self, queue: RemoteQueue) -> LeaseClient:
         """Register this rank with ``queue``'s actor as one that leases work items."""
@@ -407,6 +565,7 @@ class RayBackend:
                 cluster.lease_timeout,
                 self.world_size if self.deterministic else None,
                 self._job,
+                self._held if queue._actor_name == self._held_queue else None,
             ),
             queue.name,
             queue._actor,
@@ -525,6 +684,7 @@ class RemoteQueue:
         self._detached = False
         self._leases: LeaseClient | None = None
         self._pooled = False  # a batcher levels its steps through this queue's actor
+        self._actor_name = ""  # the actor's name (set by the backend)
         self._registering = anyio.Lock()
 
     # -- attributes ----------------------------------------------------------------------
@@ -629,11 +789,16 @@ class RemoteQueue:
             FailedPreconditionError: this rank was declared dead (its process was
                 thought gone, or it was silent for ``lease_timeout``).
         """
+        leases = await self._lease_client_ready()
+        return await leases.take(reader)
+
+    async def _lease_client_ready(self) -> LeaseClient:
+        """This rank's leases of the queue (registering it with the actor first)."""
         if self._leases is None:
             async with self._registering:
                 if self._leases is None:
                     self._leases = await self._backend._lease_client(self)
-        return await self._leases.take(reader)
+        return self._leases
 
     async def close(self, cancel_pending_enqueues: bool = False) -> None:
         """Close the queue for every process (see ``FIFOQueue.close``)."""

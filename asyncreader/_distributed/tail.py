@@ -820,6 +820,12 @@ class EqualSteps:
             # (its input ends), whatever the others do.
             batcher._coord.start_soon(self._watch, name=f"{batcher._what}-tail-watch")
 
+    @property
+    def in_tail(self) -> bool:
+        """Whether this rank's batches come from the tail's pool now (or will: its
+        input ended, or the job reached its tail)."""
+        return self._joined or self._tail.is_set()
+
     async def _call(self, method: str, *args: Any) -> Any:
         queue = self._queue
         actor = queue._actor

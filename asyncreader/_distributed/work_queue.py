@@ -19,6 +19,10 @@ acknowledged ones never.
 Fast ranks take more items: a rank asks for the next one when its reader needs it. In a
 deterministic job (``Session(deterministic=True)``) they do not: a fixed schedule gives
 each rank every ``world_size``-th item (see :mod:`.schedule`).
+
+After a restore from a job checkpoint, a rank whose restored pipeline holds records of
+an item (*holdings*, given when it registers) delivers them itself: a lease of that item
+skips them for any reader, until that rank dies or leaves (then they are read again).
 """
 
 from __future__ import annotations
@@ -41,7 +45,11 @@ from .schedule import Schedule, rank_of
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-__all__ = ["JoinCheckpoint", "LeaseBook"]
+__all__ = ["Grant", "JoinCheckpoint", "LeaseBook"]
+
+#: A lease granted: ``(lease id, item, position, skip keys, offset of the position,
+#: held records)`` (see :meth:`LeaseBook.lease`).
+Grant = tuple[int, Any, bytes | None, list[bytes], int, list[int]]
 
 
 def _item_bytes(item: Any) -> bytes | None:
@@ -87,6 +95,11 @@ class Lease:
     position: int = -1
     #: Given back by a rank that died (not a grant withdrawn, nor a restore).
     orphaned: bool = False
+    #: Records (record keys: the numbers in the item's keys) that rank ``held_by``
+    #: holds in the buffers of its pipeline, restored from a job checkpoint: every rank
+    #: reading the item skips them while that rank is alive (it delivers them).
+    held: set[int] = dataclasses.field(default_factory=set)
+    held_by: int = -1
 
 
 @dataclasses.dataclass(eq=False)
@@ -120,6 +133,9 @@ class LeaseBook:
         self._ledger: collections.Counter[bytes] | None = None
         self._drops: collections.Counter[bytes] | None = None
         self._taking = 0  # lease calls in progress
+        # A reader has ended (was told the queue is done): before that, pending items
+        # (a restore's) are not stranded, only not taken yet.
+        self._reader_ended = False
         self.events: list[tuple[float, str, str, int]] = []
         #: Called with a client that died (``True``) or left (the tail pool's rounds).
         self.listeners: list[Callable[[str, bool], None]] = []
@@ -142,15 +158,26 @@ class LeaseBook:
         self._pulling = False  # a scheduled lease takes from the queue now
         # A job checkpoint's schedule, for the items it restores: (world size, next number).
         self._restored_schedule: tuple[int, int] | None = None
+        # Records ranks hold in their restored pipelines, by rank and item, until the
+        # item's restored lease is known; ranks whose holdings no longer count (gone).
+        self._holdings: dict[int, dict[bytes, set[int]]] = {}
+        self._void: set[int] = set()
 
     # -- ranks -------------------------------------------------------------------------
 
     def register(
-        self, client: str, anchor: Any, lease_timeout: float, schedule: int | None = None
+        self,
+        client: str,
+        anchor: Any,
+        lease_timeout: float,
+        schedule: int | None = None,
+        holdings: dict[bytes, list[int]] | None = None,
     ) -> None:
         """Watch ``client``: its ``anchor`` actor's death, or ``lease_timeout`` of silence,
         makes it dead. ``schedule``: the world size of a deterministic job (its ranks
-        lease by the fixed schedule), or ``None``.
+        lease by the fixed schedule), or ``None``. ``holdings``: the records, by work
+        item, that ``client``'s pipeline restored from a job checkpoint holds (see
+        :meth:`job_restore`).
 
         Raises:
             InvalidArgumentError: ``client`` and the ranks registered before it disagree
@@ -173,6 +200,10 @@ class LeaseBook:
         rank.watcher = asyncio.ensure_future(self._watch_anchor(client, anchor))
         if self._watchdog is None:
             self._watchdog = asyncio.ensure_future(self._watch_silence())
+        number = rank_of(client)
+        if holdings and number not in self._void:
+            self._holdings[number] = {bytes(w): {int(r) for r in rs} for w, rs in holdings.items()}
+            self._apply_holdings()
 
     def seen(self, client: str) -> None:
         """``client`` called: it is alive now."""
@@ -283,6 +314,7 @@ class LeaseBook:
         self._fenced[client] = why
         if rank.watcher is not None and rank.watcher is not asyncio.current_task():
             rank.watcher.cancel()
+        self._void_holdings(rank_of(client))  # its buffers are gone: read them again
         self._give_up_schedule(f"rank {client.partition('-')[0]} died: {why}")
         back = [lease for lease in self._leases.values() if lease.client == client]
         if self.read_out(client):
@@ -302,6 +334,7 @@ class LeaseBook:
         rank = self._ranks.pop(client, None)
         if rank is not None and rank.watcher is not None:
             rank.watcher.cancel()
+        self._void_holdings(rank_of(client))
         schedule = self.schedule
         if schedule is not None and schedule.active:
             number = rank_of(client)
@@ -351,16 +384,16 @@ class LeaseBook:
 
     # -- leasing -----------------------------------------------------------------------
 
-    async def lease(
-        self, client: str, finished: list[tuple[int, int]]
-    ) -> tuple[int, Any, bytes | None, list[bytes], int] | JoinCheckpoint:
+    async def lease(self, client: str, finished: list[tuple[int, int]]) -> Grant | JoinCheckpoint:
         """Take the next work item for a reader of ``client`` (the reader's ``dequeue``).
 
         ``finished``: ``(lease id, final offset)`` of the items the rank's readers are
         done with. Items given back by dead ranks come first, then the queue's own.
 
         Returns:
-            ``(lease id, item, position, skip keys, offset of the position)``; or, when
+            ``(lease id, item, position, skip keys, offset of the position, held
+            records)`` (held: record keys of the item a live rank's restored pipeline
+            holds, which the reader skips too); or, when
             the reader waits for other ranks to end their items while a job checkpoint
             waits for this rank (see :meth:`checkpoint_wanted`), :class:`JoinCheckpoint`.
 
@@ -376,15 +409,16 @@ class LeaseBook:
         self._notify()  # a rank busy in the tail may now be waiting for an item
         try:
             return await self._lease(client, finished)
+        except OutOfRangeError:
+            self._reader_ended = True
+            raise
         finally:
             self._taking -= 1
             self._takers[client] -= 1
             if not self._takers[client]:
                 del self._takers[client]
 
-    async def _lease(
-        self, client: str, finished: list[tuple[int, int]]
-    ) -> tuple[int, Any, bytes | None, list[bytes], int] | JoinCheckpoint:
+    async def _lease(self, client: str, finished: list[tuple[int, int]]) -> Grant | JoinCheckpoint:
         for lid, offset in finished:
             lease = self._leases.get(lid)
             if lease is not None and lease.client == client:
@@ -594,7 +628,7 @@ class LeaseBook:
             return None
         return take.result()
 
-    def _grant(self, client: str, lease: Lease) -> tuple[int, Any, bytes | None, list[bytes], int]:
+    def _grant(self, client: str, lease: Lease) -> Grant:
         lease.client, lease.lid = client, self._next_id
         self._next_id += 1
         self._leases[lease.lid] = lease
@@ -603,9 +637,10 @@ class LeaseBook:
             position, base = lease.resume
         else:
             position, base = None, 0
-        return lease.lid, lease.item, position, sorted(lease.consumed | lease.pooled), base
+        skip = sorted(lease.consumed | lease.pooled)
+        return lease.lid, lease.item, position, skip, base, sorted(lease.held)
 
-    def withdraw(self, reply: tuple[int, Any, bytes | None, list[bytes], int]) -> None:
+    def withdraw(self, reply: Grant) -> None:
         """A lease's grant never reached its reader: the item is pending again."""
         lease = self._leases.get(reply[0])
         if lease is not None:
@@ -699,7 +734,8 @@ class LeaseBook:
             InvalidArgumentError: a key is a record of no item the queue leased.
         """
         index: dict[bytes, Lease] = dict(self._released)
-        for held in [*self._pending, *self._leases.values()]:
+        waiting = [] if self.schedule is None else self.schedule.in_order()
+        for held in [*self._pending, *waiting, *self._leases.values()]:
             index[work_item_bytes(held.item)] = held
         found: dict[int, tuple[Lease, list[bytes]]] = {}
         for key in keys:
@@ -767,6 +803,7 @@ class LeaseBook:
             return None
         if (
             not self._pending
+            or not self._reader_ended
             or self._taking
             or any(lease.reading for lease in self._leases.values())
         ):
@@ -878,7 +915,40 @@ class LeaseBook:
             self._pending.append(
                 Lease(item, offset=offset, consumed=consumed, resume=resume, position=position)
             )
+        self._apply_holdings()
         self._notify()
+
+    def _apply_holdings(self) -> None:
+        """Give each restored lease the records a rank's restored pipeline holds of its
+        item (kept until the lease is known: the program enqueues the items again)."""
+        if not self._holdings:
+            return
+        index: dict[bytes, Lease] = {}
+        waiting = [] if self.schedule is None else self.schedule.in_order()
+        for lease in [*self._pending, *waiting, *self._leases.values()]:
+            work = _item_bytes(lease.item)
+            if work is not None:
+                index.setdefault(work, lease)
+        for number, items in self._holdings.items():
+            for work in [w for w in items if w in index]:
+                lease = index[work]
+                lease.held |= items.pop(work)
+                lease.held_by = number
+
+    def _void_holdings(self, number: int) -> None:
+        """Rank ``number`` is gone: the records its pipeline held are read again."""
+        self._void.add(number)
+        if self._holdings.pop(number, None) is None and not any(
+            lease.held_by == number for lease in self._all_leases()
+        ):
+            return
+        for lease in self._all_leases():
+            if lease.held_by == number:
+                lease.held, lease.held_by = set(), -1
+
+    def _all_leases(self) -> list[Lease]:
+        waiting = [] if self.schedule is None else self.schedule.in_order()
+        return [*self._pending, *waiting, *self._leases.values(), *self._released.values()]
 
 
 def _mode(world_size: int | None) -> str:

@@ -28,6 +28,7 @@ from . import context
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
 
+    from .checkpoint import Checkpointer
     from .stages import StageStatistics
 
 __all__ = [
@@ -114,9 +115,10 @@ class SharedBackend(Protocol):
         """The shared queues' stage statistics (``Session.shared_stage_statistics``)."""
         ...
 
-    def load_job(self, tree: Any) -> dict[str, Any] | None:
+    def load_job(self, tree: Any) -> None:
         """Keep the shared queues' parts of a decoded job checkpoint, to restore them as
-        they are looked up; return this rank's part when the job had as many ranks.
+        they are looked up; when the job had as many ranks, give this rank's part to the
+        part source (see :meth:`part_source`) to restore as its components are built.
 
         Raises:
             InvalidArgumentError: ``tree`` is not a job checkpoint, or is malformed.
@@ -127,9 +129,11 @@ class SharedBackend(Protocol):
         """Take the job's checkpoint with every other rank; return its tree (collective)."""
         ...
 
-    def part_source(self, source: Callable[[], dict[str, Any]]) -> None:
-        """``source()`` gives this rank's part of a job checkpoint (its tracked states),
-        for a checkpoint it takes part in while its reader waits for work."""
+    def part_source(self, source: Checkpointer) -> None:
+        """``source`` is the session's checkpoint bookkeeping: this rank's part of a job
+        checkpoint (its tracked states and, in a deterministic job, its pipeline) is
+        saved from it, and restored into it (also for a checkpoint the rank takes part
+        in while its reader waits for work)."""
         ...
 
 

@@ -201,14 +201,13 @@ class Session:
                 self._rank, self._world_size, deterministic=bool(deterministic)
             )
         )
+        self._checkpointer.describe = self._describe_stages
+        if backend is not None:
+            backend.part_source(self._checkpointer)
         if backend is not None and restore is not None:
             # A job checkpoint: the shared queues restore in the cluster, this rank's
-            # tracked states here (only when the job had as many ranks).
-            part = backend.load_job(decode_trusted(restore, checkpoint_key))
-            if part is not None:
-                self._checkpointer.load_components(part)
-        if backend is not None:
-            backend.part_source(self._checkpointer.tracked_states)
+            # tracked states (and pipeline) here, when the job had as many ranks.
+            backend.load_job(decode_trusted(restore, checkpoint_key))
         self._backend: SharedBackend | None = backend
         self.resources = ResourceMgr(backend=backend)
         # id -> weak reference (or the object itself when it cannot be weakly referenced).
@@ -504,13 +503,17 @@ class Session:
         the same bytes at once. They hold each shared work queue (the items
         not taken yet, and every leased item with its acknowledged keys and last
         reported position) and each rank's states added with :meth:`track_state` /
-        :meth:`track_rng`; a rank's local pipeline (readers, buffers, batchers) is not
-        saved: what it had read and not acknowledged is read again after a restore.
-        Give them to ``Session(cluster=..., restore=...)`` with any ``world_size``, and
-        fill the work queue with the same items as before: the remaining stream holds
-        exactly the records not acknowledged at the checkpoint, each once (in another
-        order); with the same ``world_size`` each rank's tracked states are restored
-        too. See the scale-out guide.
+        :meth:`track_rng`; in a deterministic session also each rank's pipeline (its
+        batchers and local queues, paused until the queues' snapshot; reader records as
+        references, ``record_refs=``), else what a rank had read and not acknowledged
+        is read again after a restore. Give them to ``Session(cluster=...,
+        restore=...)`` with any ``world_size``, and fill the work queue with the same
+        items as before: the remaining stream holds exactly the records not
+        acknowledged at the checkpoint, each once (in another order); with the same
+        ``world_size`` each rank's tracked states are restored too, and in a
+        deterministic session its pipeline, whose records its leases then skip: each
+        rank's stream goes on as the uninterrupted run's, shuffled batches included.
+        See the scale-out guide.
 
         Args:
             timeout: Seconds to wait for the runner tasks to settle (``None``: no limit);

@@ -103,9 +103,8 @@ class FakeBackend:
     async def shared_stage_statistics(self) -> list[Any]:
         return []
 
-    def load_job(self, tree: Any) -> dict[str, Any] | None:
+    def load_job(self, tree: Any) -> None:
         self.events.append("load_job")
-        return None
 
     async def job_checkpoint(self, part: dict[str, Any], timeout: float | None) -> Any:  # noqa: ASYNC109
         self.events.append("job_checkpoint")

@@ -61,7 +61,7 @@ async def run_rank(
     *,
     remainder: str,
     delay: float,
-    shuffle: bool,
+    shuffle: bool | str,
     checkpoint_at: int | None,
     restore: bytes | None,
     kill_at: int | None,
@@ -93,7 +93,7 @@ async def steps(
     paths: list[str],
     remainder: str,
     delay: float,
-    shuffle: bool,
+    shuffle: bool | str,
     checkpoint_at: int | None,
     restore: bytes | None,
     kill_at: int | None,
@@ -136,6 +136,8 @@ async def steps(
                 dynamic_pad=True,
                 **common,
             )
+        elif shuffle == "plain":
+            batcher = ar.shuffle_batch(source, BATCH, 64, 16, seed=3, **common)
         elif shuffle:
             batcher = ar.maybe_shuffle_batch(source, BATCH, 64, 16, keep, seed=3, **common)
         else:
@@ -175,7 +177,7 @@ async def run_job(
     delays: list[float],
     *,
     remainder: str = "pad",
-    shuffle: bool = False,
+    shuffle: bool | str = False,
     checkpoint_at: int | None = None,
     restore: bytes | None = None,
     kill: tuple[int, int] | None = None,
@@ -300,6 +302,155 @@ async def test_a_restore_with_as_many_ranks_continues_each_rank_exactly(
     delivered = [k for job in (before, after) for acked in job.acked for k in acked]
     dropped = list(collections.Counter(after.drops).elements())
     assert sorted(delivered + dropped) == sorted(expected)
+
+
+@pytest.mark.parametrize(
+    "shuffle", ["plain", pytest.param(True, marks=pytest.mark.stress)], ids=["shuffle", "maybe"]
+)
+async def test_a_restore_with_as_many_ranks_continues_each_ranks_shuffle_exactly(
+    ray_env: RayEnv, tmp_path: Path, shuffle: bool | str
+) -> None:
+    # Each rank's shuffle buffer is in its part of the job checkpoint: restored with as
+    # many ranks, it goes on drawing the uninterrupted run's batches, and the records it
+    # holds are not read again from their files.
+    paths, keys = await write_files(tmp_path, SIZES)
+    expected = keys if shuffle == "plain" else await kept(paths)
+    ns = ray_env.namespace
+    whole = await run_job(paths, ns(), [0.02, 0.0], shuffle=shuffle)
+    before = await run_job(paths, ns(), [0.0, 0.02], shuffle=shuffle, checkpoint_at=3)
+    assert before.checkpoint is not None
+    after = await run_job(paths, ns(), [0.02, 0.0], shuffle=shuffle, restore=before.checkpoint)
+    for r in range(2):
+        assert before.batches[r] == whole.batches[r][:3]
+        assert after.batches[r] == whole.batches[r][3:], r
+    delivered = [k for job in (before, after) for acked in job.acked for k in acked]
+    dropped = list(collections.Counter(after.drops).elements())
+    assert sorted(delivered + dropped) == sorted(expected)
+    # The restored job acknowledged each record once (the buffers' records included).
+    assert collections.Counter(after.ledger) == collections.Counter(
+        k for acked in after.acked for k in acked
+    )
+
+
+async def test_a_shuffle_checkpoint_restored_with_other_ranks_delivers_each_record_once(
+    ray_env: RayEnv, tmp_path: Path
+) -> None:
+    # Three ranks restore a two-rank checkpoint: the ranks' buffers are not restored, the
+    # records they held come back through the leases, each once.
+    paths, keys = await write_files(tmp_path, SIZES)
+    ns = ray_env.namespace
+    before = await run_job(paths, ns(), [0.0, 0.02], shuffle="plain", checkpoint_at=3)
+    assert before.checkpoint is not None
+    after = await run_job(paths, ns(), [0.0, 0.01, 0.0], shuffle="plain", restore=before.checkpoint)
+    delivered = [k for job in (before, after) for acked in job.acked for k in acked]
+    dropped = list(collections.Counter(after.drops).elements())
+    assert sorted(delivered + dropped) == sorted(keys)
+
+
+def ref_sections(node: Any) -> list[dict[str, Any]]:
+    """The sections of record references in a saved pipeline."""
+    if isinstance(node, dict):
+        if {"works", "work", "record", "crc32c", "rest"} == set(node):
+            return [node]
+        return [s for v in node.values() for s in ref_sections(v)]
+    if isinstance(node, (list, tuple)):
+        return [s for v in node for s in ref_sections(v)]
+    return []
+
+
+async def one_rank(
+    cluster: ar.RayCluster, paths: list[str], restore: bytes | None = None
+) -> tuple[list[bytes], bytes | None]:
+    """A deterministic job of one rank shuffling its records; without ``restore`` it
+    checkpoints after its third step. Return the keys it acknowledged, and the bytes."""
+    acked: list[bytes] = []
+    state = None
+    async with ar.Session(
+        cluster=cluster, world_size=1, deterministic=True, restore=restore
+    ) as sess:
+        work: Any = ar.FIFOQueue(None, shared_name="files")
+        await work.enqueue_many(paths)
+        await work.close()
+        reader = ar.TFRecordReader()
+
+        async def source() -> Any:
+            return await reader.read_up_to(work, 16)
+
+        batches = ar.shuffle_batch(
+            source, BATCH, 64, 16, seed=3, enqueue_many=True, record_refs=reader,
+            remainder="smaller",
+        )  # fmt: skip
+        async for keys, _ in batches:
+            await sess.ack(list(keys))
+            acked += [bytes(k) for k in keys]
+            if restore is None and len(acked) == 3 * BATCH:
+                state = await sess.checkpoint(timeout=30)
+                break
+    return acked, state
+
+
+async def test_a_ranks_pipeline_naming_a_file_the_job_does_not_enqueue_is_refused(
+    ray_env: RayEnv, tmp_path: Path
+) -> None:
+    # An unsigned job checkpoint's pipeline part may only make a rank read again records
+    # of the work items the restored job enqueues, as a local checkpoint's.
+    from asyncreader._runtime import state_codec
+
+    paths, keys = await write_files(tmp_path, [30, 40, 20])
+    other = tmp_path / "other.tfrecord"
+    other.write_bytes((tmp_path / "part-000.tfrecord").read_bytes())
+    with anyio.fail_after(60):
+        first, state = await one_rank(ar.RayCluster(namespace=ray_env.namespace()), paths)
+        assert state is not None
+        tree = state_codec.decode(state)
+        sections = ref_sections(tree["ranks"][0]["pipeline"])
+        assert sections  # the shuffle buffer's records, as references
+        # Untouched, the restore delivers the rest, each record once.
+        rest, _ = await one_rank(ar.RayCluster(namespace=ray_env.namespace()), paths, state)
+        assert sorted(first + rest) == sorted(keys)
+        for section in sections:
+            section["works"] = [str(other).encode() for _ in section["works"]]
+        bad = state_codec.encode(tree)
+        with pytest.raises(ar.InvalidArgumentError, match=r"read b'.*other\.tfrec"):
+            await one_rank(ar.RayCluster(namespace=ray_env.namespace()), paths, bad)
+
+
+@pytest.mark.parametrize(
+    ("pipeline", "match"),
+    [
+        ([1, 2], "rank 0's pipeline"),
+        ({"batcher/0": {"works": [b"a"], "work": np.array([1], np.uint32),
+                         "record": np.array([0], np.int64), "crc32c": np.array([0], np.uint32),
+                         "rest": {}}}, "out of range"),
+        ({"batcher/0": {"works": [b"a"], "work": np.array([0, 0], np.uint32),
+                         "record": np.array([0], np.int64), "crc32c": np.array([0], np.uint32),
+                         "rest": {}}}, "differ in length"),
+        ({"batcher/0": {"works": ["a"], "work": np.array([0], np.uint32),
+                         "record": np.array([0], np.int64), "crc32c": np.array([0], np.uint32),
+                         "rest": {}}}, "work items"),
+        ({"batcher/0": {"works": [b"a"], "work": np.array([0], np.uint32),
+                         "record": np.array([-1], np.int64), "crc32c": np.array([0], np.uint32),
+                         "rest": {}}}, "out of range"),
+    ],
+)  # fmt: skip
+async def test_a_malformed_pipeline_in_a_job_checkpoint_is_refused(
+    ray_env: RayEnv, pipeline: Any, match: str
+) -> None:
+    from asyncreader._distributed.job_checkpoint import JOB_FORMAT
+    from asyncreader._runtime import state_codec
+
+    queue = {"total": 3, "digest": b"x" * 32, "queued": [1, 3], "leases": [[0, [], 4, b"", 0]]}
+    tree = {
+        "format": JOB_FORMAT,
+        "world_size": 1,
+        "queues": {"asyncreader:localhost/queue/files": queue},
+        "ranks": [{"pipeline": pipeline}],
+    }
+    cluster = ar.RayCluster(namespace=ray_env.namespace())
+    with pytest.raises(ar.InvalidArgumentError, match=match):
+        ar.Session(
+            cluster=cluster, world_size=1, deterministic=True, restore=state_codec.encode(tree)
+        )
 
 
 async def test_ranks_of_a_job_must_agree_on_deterministic_mode(
@@ -503,3 +654,41 @@ async def test_a_rank_dying_while_an_item_is_pulled_leaves_its_share_to_the_othe
     # Every item once: rank 1's lease (item 1) and its scheduled item 3 included.
     assert sorted(read0) == sorted(items)
     assert book.pending() == 0
+
+
+async def test_records_a_restored_pipeline_holds_are_skipped_while_its_rank_lives() -> None:
+    # The queue's actor side alone. Rank 1's restored buffers hold records 1 and 2 of
+    # part-0, whose lease the checkpoint restored: any reader of part-0 skips them while
+    # rank 1 lives (it delivers them, and may acknowledge them before its reader takes
+    # part-0 again); once it dies they are read again.
+    import asyncio
+    import time
+
+    from asyncreader._distributed.work_queue import LeaseBook, Rank
+
+    class Anchor:
+        class block:  # an actor method's shape
+            @staticmethod
+            def remote() -> Any:
+                return asyncio.get_running_loop().create_future()  # never ends
+
+    queue = ar.FIFOQueue(None)
+    await queue.close()
+    book = LeaseBook(queue, "files")
+    book.job_restore([("part-0", {b"part-0:0"}, 4, None)])
+    book._ranks["0-a"] = Rank(60.0, time.monotonic())  # registered (no anchor)
+    book.register("1-b", Anchor(), 60.0, None, {b"part-0": [1, 2]})
+    try:
+        assert book.ack("1-b", [], [b"part-0:1"]) == []  # before part-0 is leased again
+        with anyio.fail_after(5):
+            grant = await book.lease("0-a", [])
+        assert isinstance(grant, tuple)
+        assert (grant[1], grant[3], grant[5]) == ("part-0", [b"part-0:0", b"part-0:1"], [1, 2])
+        book.withdraw(grant)
+        book.rank_died("1-b", "its process ended")
+        with anyio.fail_after(5):
+            again = await book.lease("0-a", [])
+        assert isinstance(again, tuple)
+        assert (again[1], again[3], again[5]) == ("part-0", [b"part-0:0", b"part-0:1"], [])
+    finally:
+        book.close()

@@ -85,9 +85,10 @@ async def test_a_rank_dying_before_it_joins_the_tail_gives_its_records_back(
         # reader must not end (its reading would be over before part-1 came back).
         assert not replies
         book.rank_died("1-b", "its process ended")
-    lid, item, _, skip, _ = replies[0]
+    lid, item, _, skip, _, held = replies[0]
     assert item == "part-1"
     assert skip == [b"part-1:0", b"part-1:1"]  # re-read, skipping the acknowledged
+    assert held == []  # no restored pipeline holds any of its records
     book.ack("0-a", [(lid, 6, None, 0, [f"part-1:{i}".encode() for i in range(2, 6)])])
     with anyio.fail_after(5), pytest.raises(ar.OutOfRangeError):
         await book.lease("0-a", [(lid, 6)])
