@@ -355,8 +355,8 @@ class RayBackend:
             )
         self._held = held
         self._held_queue = leasing[0] if held else None
-        # Its records are read again once the work queue's items are back (unsigned:
-        # only records of those items are).
+        # Its records are read again once the work queue's items are back and the
+        # queue knows what its buffers hold (unsigned: only records of those items).
         checkpointer.load_components({**part, **pipeline}, gate=self._held_items if held else None)
 
     def _restore_queue(self, actor: Any, name: str, snapshot: Any) -> None:
@@ -494,9 +494,9 @@ class RayBackend:
             self._joined[number] = tuple(reply)
         return bool(reply[0] == "ok")
 
-    async def _restored_queue(self, *, register: bool = True) -> RemoteQueue:
+    async def _restored_queue(self) -> RemoteQueue:
         """The shared queue whose restored leases the pipeline's records belong to
-        (waiting for the program to build it; registered to lease when ``register``).
+        (waiting for the program to build it), registered to lease from it.
 
         Raises:
             FailedPreconditionError: the program did not build it within
@@ -507,8 +507,7 @@ class RayBackend:
             while True:
                 queue = self._queue_actors_by_name().get(name or "")
                 if queue is not None:
-                    if register:
-                        await queue._lease_client_ready()
+                    await queue._lease_client_ready()
                     return queue
                 await anyio.sleep(0.02)
         raise FailedPreconditionError(
@@ -538,7 +537,9 @@ class RayBackend:
 
     async def _fetch_held_items(self) -> None:
         if not self._held_known:  # asked by another task meanwhile
-            queue = await self._restored_queue(register=False)
+            # Registered now: the queue's actor learns at once which records this
+            # rank's buffers hold, before any reader could take their items.
+            queue = await self._restored_queue()
             reply = await self._wait(
                 queue._actor.job_items.remote(self._cluster.lease_timeout),
                 queue.name,

@@ -398,15 +398,16 @@ class Checkpointer:
 
         Args:
             components: Saved states by key.
-            gate: For a rank's pipeline from an unsigned job checkpoint: the work items
-                its record references may name are only known once the job's work
-                queue has its items again; ``gate()`` waits for them and allows them
-                (see :meth:`allow_work_items`), and references are checked after it.
+            gate: For a rank's pipeline from a job checkpoint: the work items its
+                record references may name are only known once the job's work queue
+                has its items again; ``gate()`` waits for them and allows them (see
+                :meth:`allow_work_items`), and references are read again after it
+                (and, unsigned, checked against them).
         """
         self._saved = dict(components)
-        if gate is not None and self._key is None:
-            self._vetting = True
+        if gate is not None:
             self._work_gate = gate
+            self._vetting = self._key is None  # a signed checkpoint is trusted
 
     @property
     def keyed(self) -> bool:

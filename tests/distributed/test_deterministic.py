@@ -359,14 +359,17 @@ def ref_sections(node: Any) -> list[dict[str, Any]]:
 
 
 async def one_rank(
-    cluster: ar.RayCluster, paths: list[str], restore: bytes | None = None
+    cluster: ar.RayCluster,
+    paths: list[str],
+    restore: bytes | None = None,
+    key: bytes | None = None,
 ) -> tuple[list[bytes], bytes | None]:
     """A deterministic job of one rank shuffling its records; without ``restore`` it
     checkpoints after its third step. Return the keys it acknowledged, and the bytes."""
     acked: list[bytes] = []
     state = None
     async with ar.Session(
-        cluster=cluster, world_size=1, deterministic=True, restore=restore
+        cluster=cluster, world_size=1, deterministic=True, restore=restore, checkpoint_key=key
     ) as sess:
         work: Any = ar.FIFOQueue(None, shared_name="files")
         await work.enqueue_many(paths)
@@ -389,6 +392,7 @@ async def one_rank(
     return acked, state
 
 
+@pytest.mark.both_backends
 async def test_a_ranks_pipeline_naming_a_file_the_job_does_not_enqueue_is_refused(
     ray_env: RayEnv, tmp_path: Path
 ) -> None:
@@ -413,6 +417,23 @@ async def test_a_ranks_pipeline_naming_a_file_the_job_does_not_enqueue_is_refuse
         bad = state_codec.encode(tree)
         with pytest.raises(ar.InvalidArgumentError, match=r"read b'.*other\.tfrec"):
             await one_rank(ar.RayCluster(namespace=ray_env.namespace()), paths, bad)
+
+
+async def test_a_signed_job_checkpoint_restores_a_ranks_shuffle(
+    ray_env: RayEnv, tmp_path: Path
+) -> None:
+    # Signed, the pipeline's references are trusted: read again once the work queue's
+    # items are back, the rest of the stream is every record left, once.
+    paths, keys = await write_files(tmp_path, [30, 40, 20])
+    key = b"k" * 32
+    with anyio.fail_after(60):
+        cluster = ar.RayCluster(namespace=ray_env.namespace())
+        first, state = await one_rank(cluster, paths, key=key)
+        assert state is not None
+        cluster = ar.RayCluster(namespace=ray_env.namespace())
+        rest, _ = await one_rank(cluster, paths, state, key=key)
+    assert len(first) == 3 * BATCH
+    assert sorted(first + rest) == sorted(keys)
 
 
 @pytest.mark.parametrize(
