@@ -1,6 +1,7 @@
 """A real local Ray cluster for the distributed tests, on loopback only.
 
-One cluster serves the whole ``tests/distributed`` package (starting one takes seconds):
+One cluster serves the ``tests/distributed`` tests of a test process (starting one takes
+seconds; the suite's worker processes run these tests in two groups, see tests/conftest.py):
 every Ray socket listens on 127.0.0.1, token authentication uses a fresh token passed in
 the environment (nothing is written to ``$HOME``), and Ray's files go to a temporary
 directory. Each test uses its own namespace and leaves no actor behind; when the package
@@ -12,7 +13,9 @@ from __future__ import annotations
 import os
 import re
 import secrets
+import shutil
 import subprocess
+import tempfile
 import time
 import uuid
 from pathlib import Path
@@ -33,6 +36,12 @@ _RAY_ENV = {
 }
 _SAVED_ENV = {name: os.environ.get(name) for name in _RAY_ENV}
 os.environ.update(_RAY_ENV)
+
+
+def short_temp_dir(prefix: str) -> Path:
+    """A new directory with a short path: Ray puts Unix sockets under it, and a socket's
+    path may not exceed 107 bytes (pytest's own temporary paths can be too long)."""
+    return Path(tempfile.mkdtemp(prefix=prefix, dir="/tmp" if os.path.isdir("/tmp") else None))
 
 
 def descendants(pid: int) -> set[int]:
@@ -86,19 +95,20 @@ class RayEnv:
 
 
 @pytest.fixture(scope="package")
-def ray_env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RayEnv]:
+def ray_env() -> Iterator[RayEnv]:
     ray = pytest.importorskip("ray", reason='Ray is not installed: pip install "asyncreader[ray]"')
     from ray._private import ray_constants
 
     if ray.is_initialized():
         pytest.skip("Ray is already running in this process")
     ray_constants.ENABLE_RAY_CLUSTER = False  # in case Ray was imported before the env was set
+    temp_dir = short_temp_dir("ar-ray-")
     context = ray.init(
         num_cpus=2,
         include_dashboard=False,
         log_to_driver=False,
         configure_logging=False,
-        _temp_dir=str(tmp_path_factory.mktemp("ray")),
+        _temp_dir=str(temp_dir),
         namespace="asyncreader-tests",
     )
     env = dict(os.environ)
@@ -114,6 +124,7 @@ def ray_env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RayEnv]:
                 os.environ[name] = value
     left = descendants(os.getpid())
     assert left == set(), f"Ray processes left after shutdown: {left}"
+    shutil.rmtree(temp_dir, ignore_errors=True)
 
 
 @pytest.fixture

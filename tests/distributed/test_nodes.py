@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import os
 import secrets
+import shutil
 import socket
 import subprocess
 import sys
@@ -25,7 +26,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from .conftest import listening_addresses
+from .conftest import listening_addresses, short_temp_dir
 from .test_ledger import skewed_files
 
 if TYPE_CHECKING:
@@ -99,9 +100,9 @@ class Nodes:
 
 
 @pytest.fixture
-def nodes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Nodes]:
+def nodes() -> Iterator[Nodes]:
     pytest.importorskip("ray", reason='Ray is not installed: pip install "asyncreader[ray]"')
-    cluster = Nodes(tmp_path_factory.mktemp("nodes"))
+    cluster = Nodes(short_temp_dir("ar-nodes-"))
     try:
         yield cluster
     finally:
@@ -110,6 +111,7 @@ def nodes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Nodes]:
     while cluster.processes() and time.monotonic() < deadline:
         time.sleep(0.2)
     assert cluster.processes() == set(), "Ray processes left after ray stop"
+    shutil.rmtree(cluster.temp_dir, ignore_errors=True)
 
 
 def run_job(nodes: Nodes, root: Path, hosts: int, files: int, victim: int | None) -> None:
