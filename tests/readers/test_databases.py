@@ -473,6 +473,14 @@ async def reader_connections(url: str) -> int:
     return int(rows[0][0])
 
 
+async def ahead_arrived(reader: Any) -> None:
+    """Wait until the chunk a PostgresReader asked for ahead has arrived (its query is
+    done), so that a lock taken now holds back only the chunk after it."""
+    with anyio.fail_after(10):
+        while reader._ahead is None or not reader._ahead.task.done():  # noqa: ASYNC110
+            await anyio.sleep(0.01)
+
+
 async def busy_connections(url: str) -> int:
     """Connections to the server other than the one asking that run a query."""
     rows = await pg(
@@ -598,9 +606,10 @@ async def test_postgres_cancel_mid_query_loses_nothing_and_leaves_no_connection(
         async with ar.PostgresReader(pg_table, fetch_rows=100) as reader:
             queue = await work_queue(["sql:t?key=id&hi=300"])
             keys, _ = await reader.read_up_to(queue, 100)  # the first chunk, in hand
+            await ahead_arrived(reader)
             tx = locker.transaction()
             await tx.start()
-            # The lock waits for the second chunk's query, sent while the first was encoded.
+            # The lock holds back the third chunk's query (the second one's has arrived).
             await locker.execute("LOCK TABLE t IN ACCESS EXCLUSIVE MODE")
             with anyio.fail_after(5):
                 more, _ = await reader.read_up_to(queue, 100)  # read ahead: no wait
@@ -636,6 +645,7 @@ async def test_postgres_reset_and_restore_drop_a_chunk_read_ahead(pg_table: str)
             queue = await work_queue(["sql:t?key=id&hi=200"])
             first, _ = await reader.read_up_to(queue, 50)
             state = reader.serialize_state()
+            await ahead_arrived(reader)
             tx = locker.transaction()
             await tx.start()
             await locker.execute("LOCK TABLE t IN ACCESS EXCLUSIVE MODE")
