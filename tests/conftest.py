@@ -3,16 +3,10 @@
 Async tests run through anyio's pytest plugin on asyncio; mark a test (or module) with
 ``@pytest.mark.both_backends`` to run it on trio as well. ``--stress`` selects the long
 stress tests (marked ``stress``), which are skipped otherwise.
-
-The suite runs on several worker processes (pytest-xdist, ``-n auto`` in pyproject.toml;
-``-n 0`` runs it in one process). Tests are handed out a module at a time, so a module's
-servers start once, and the tests that start a Ray cluster run in two groups, so the
-machine holds two clusters at most.
 """
 
 from __future__ import annotations
 
-import os
 from typing import TYPE_CHECKING
 
 import pytest
@@ -44,36 +38,13 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         metafunc.parametrize("anyio_backend", ["asyncio", "trio"])
 
 
-#: Test modules that start Ray clusters besides the tests/distributed package.
-_RAY_MODULES = ("tests/examples/test_examples.py",)
-#: The Ray tests run in two groups of about the same length (two clusters at most).
-_RAY_SECOND = ("test_equal_steps.py", "test_nodes.py", "test_leases.py", "test_ledger.py")
-
-
-def _group(path: str) -> str:
-    """The worker group of the tests of module ``path`` (see the module)."""
-    if path.startswith("tests/distributed/") or path in _RAY_MODULES:
-        return "ray-2" if path.rpartition("/")[2] in _RAY_SECOND else "ray-1"
-    return path
-
-
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    for item in items:
-        # With `--dist loadgroup` a group runs on one worker: each module (its servers
-        # start once), and the Ray tests in two groups (a cluster each).
-        item.add_marker(pytest.mark.xdist_group(_group(item.nodeid.partition("::")[0])))
     if config.getoption("--stress"):
         return
     skip = pytest.mark.skip(reason="stress test: run with --stress")
     for item in items:
         if item.get_closest_marker("stress"):
             item.add_marker(skip)
-
-
-def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
-    """``-n auto``: a worker per core, at most four (more workers than cores made tests
-    that time a server's answers fail on a loaded machine)."""
-    return max(1, min(len(os.sched_getaffinity(0)), 4))
 
 
 @pytest.fixture

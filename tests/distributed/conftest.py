@@ -1,7 +1,7 @@
 """A real local Ray cluster for the distributed tests, on loopback only.
 
 One cluster serves the ``tests/distributed`` tests of a test process (starting one takes
-seconds; the suite's worker processes run these tests in two groups, see tests/conftest.py):
+seconds):
 every Ray socket listens on 127.0.0.1, token authentication uses a fresh token passed in
 the environment (nothing is written to ``$HOME``), and Ray's files go to a temporary
 directory. Each test uses its own namespace and leaves no actor behind; when the package
