@@ -287,32 +287,17 @@ async def test_three_ranks_on_both_backends(namespace: str, tmp_path: Path) -> N
     assert {k.partition(b":")[0] for k in job.batches[1][0]} == {paths[1].encode()}
 
 
-async def test_a_restore_with_as_many_ranks_continues_each_rank_exactly(
-    ray_env: RayEnv, tmp_path: Path
-) -> None:
-    paths, _ = await write_files(tmp_path, SIZES)
-    expected = await kept(paths)
-    whole = await run_job(paths, ray_env.namespace(), [0.02, 0.0])
-    before = await run_job(paths, ray_env.namespace(), [0.0, 0.02], checkpoint_at=3)
-    assert before.checkpoint is not None
-    after = await run_job(paths, ray_env.namespace(), [0.02, 0.0], restore=before.checkpoint)
-    for r in range(2):
-        assert before.batches[r] == whole.batches[r][:3]
-        assert after.batches[r] == whole.batches[r][3:], r
-    delivered = [k for job in (before, after) for acked in job.acked for k in acked]
-    dropped = list(collections.Counter(after.drops).elements())
-    assert sorted(delivered + dropped) == sorted(expected)
-
-
 @pytest.mark.parametrize(
-    "shuffle", ["plain", pytest.param(True, marks=pytest.mark.stress)], ids=["shuffle", "maybe"]
+    "shuffle",
+    [False, "plain", pytest.param(True, marks=pytest.mark.stress)],
+    ids=["batch", "shuffle", "maybe"],
 )
-async def test_a_restore_with_as_many_ranks_continues_each_ranks_shuffle_exactly(
+async def test_a_restore_with_as_many_ranks_continues_each_rank_exactly(
     ray_env: RayEnv, tmp_path: Path, shuffle: bool | str
 ) -> None:
-    # Each rank's shuffle buffer is in its part of the job checkpoint: restored with as
-    # many ranks, it goes on drawing the uninterrupted run's batches, and the records it
-    # holds are not read again from their files.
+    # Restored with as many ranks, each rank goes on with the uninterrupted run's
+    # batches. A shuffle buffer is in the rank's part of the job checkpoint: it goes on
+    # drawing the same batches, and the records it holds are not read again.
     paths, keys = await write_files(tmp_path, SIZES)
     expected = keys if shuffle == "plain" else await kept(paths)
     ns = ray_env.namespace
