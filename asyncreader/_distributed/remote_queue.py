@@ -42,6 +42,11 @@ __all__ = ["RayBackend", "RemoteQueue"]
 
 #: Concurrent calls one queue actor serves (a blocked dequeue is a coroutine there).
 _MAX_CONCURRENCY = 10_000
+#: Seconds a rank taking part in a job checkpoint from a waiting read gives its stage
+#: tasks to settle (usually milliseconds). Bounded well below the other ranks' checkpoint
+#: timeout, which they spend waiting for it; past it, its part has no pipeline. The
+#: waiting read may itself be in one of those stages, which then never settles.
+_JOIN_PAUSE = 2.0
 
 _actor_classes: dict[str, Any] = {}
 
@@ -477,7 +482,7 @@ class RayBackend:
                     # As in checkpoint(): this task waits for work, holding nothing.
                     try:
                         await stack.enter_async_context(
-                            checkpointer.pause(self._cluster.lease_timeout)
+                            checkpointer.pause(min(_JOIN_PAUSE, self._cluster.lease_timeout))
                         )
                     except (TimeoutError, FailedPreconditionError):
                         pass  # the stages are busy: the rank's part is without them
