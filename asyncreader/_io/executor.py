@@ -11,6 +11,12 @@ the caller is cancelled it stops waiting at once and *abandons* the thread, whic
 counting against the limiter (so new reads are not starved). The call's outcome is kept for
 the caller to take later, or the thread cleans up (closes what it opened) when it finally
 returns. :func:`abandoned_io` counts such threads.
+
+What such a thread waits on may still be interruptible from another thread (a remote
+file's requests on fsspec's event loop). Code on the thread marks that wait with
+:func:`interruptible`; :meth:`IoCall.interrupt` (a reader closing, its abandoned call's
+outcome discarded) then interrupts it, so the thread returns at once instead of when its
+requests and their retries end.
 """
 
 from __future__ import annotations
@@ -19,7 +25,7 @@ import contextlib
 import math
 import threading
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING, Generic, TypeVar, TypeVarTuple, Unpack, cast
+from typing import TYPE_CHECKING, Generic, Protocol, TypeVar, TypeVarTuple, Unpack, cast
 
 import anyio
 import anyio.to_thread
@@ -28,12 +34,14 @@ from anyio.lowlevel import RunVar
 from .._errors import InvalidArgumentError
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Iterator
 
 __all__ = [
+    "Interruptible",
     "IoCall",
     "abandoned_io",
     "get_io_limiter",
+    "interruptible",
     "io_threads",
     "run_io",
     "run_detached",
@@ -141,6 +149,34 @@ async def run_io(func: Callable[[Unpack[Ts]], T], *args: *Ts) -> T:
 
 _NEW, _RUNNING, _DONE = 0, 1, 2
 
+# The IoCall each worker thread runs (None: none), for interruptible().
+_current = threading.local()
+
+
+class Interruptible(Protocol):
+    """What an I/O call's thread may wait on that another thread can interrupt."""
+
+    def interrupt(self) -> None:
+        """End the waits on it now and make later ones fail at once (thread-safe)."""
+
+
+@contextlib.contextmanager
+def interruptible(what: Interruptible) -> Iterator[None]:
+    """Mark the block as waiting on ``what``: interrupting the :class:`IoCall` this thread
+    runs interrupts ``what`` (at once when the call was interrupted already).
+
+    Outside an :class:`IoCall` (a thread of the caller's own) it does nothing.
+    """
+    call: IoCall[object] | None = getattr(_current, "call", None)
+    if call is None:
+        yield
+        return
+    call._watch(what)
+    try:
+        yield
+    finally:
+        call._unwatch(what)
+
 
 class _NotRun(Exception):
     """The outcome of a call abandoned before its thread started it (never seen)."""
@@ -165,10 +201,12 @@ class IoCall(Generic[T]):
         "_discarded",
         "_error",
         "_func",
+        "_interrupted",
         "_lock",
         "_result",
         "_settled",
         "_state",
+        "_watched",
     )
 
     def __init__(self, func: Callable[[], T], cleanup: Callable[[], object] | None = None) -> None:
@@ -178,6 +216,9 @@ class IoCall(Generic[T]):
         self._state = _NEW
         self._abandoned = False
         self._discarded = False
+        self._interrupted = False
+        # What the thread waits on now that can be interrupted (see interruptible()).
+        self._watched: list[Interruptible] = []
         self._result: T | None = None
         self._error: BaseException | None = None
         # Set once no thread works for the call any more (after the cleanup, if any).
@@ -200,6 +241,8 @@ class IoCall(Generic[T]):
             if self._abandoned:
                 raise _NotRun  # given up before it started: never run
             self._state = _RUNNING
+        outer = getattr(_current, "call", None)
+        _current.call = self
         try:
             self._result = result = self._func()
             return result
@@ -207,11 +250,13 @@ class IoCall(Generic[T]):
             self._error = exc
             raise
         finally:
+            _current.call = outer
             self._returned()
 
     def _returned(self) -> None:
         with self._lock:
             self._state = _DONE
+            self._watched.clear()
             abandoned, discarded = self._abandoned, self._discarded
         if discarded and self._cleanup is not None:
             with contextlib.suppress(Exception):  # nobody is left to receive it
@@ -242,6 +287,37 @@ class IoCall(Generic[T]):
                 self._discarded = True
                 return True
             return False
+
+    def interrupt(self) -> None:
+        """Interrupt what the call's thread waits on, now and from now on (thread-safe).
+
+        For a call whose outcome nobody wants (a closing reader discards it): the waits its
+        thread marked with :func:`interruptible` (remote requests, their retries) fail at
+        once, so the thread returns and closes its files without waiting for them. Waits
+        on anything else (a local file, a named pipe) go on as before.
+        """
+        with self._lock:
+            self._interrupted = True
+            watched = list(self._watched)
+        for what in watched:
+            with contextlib.suppress(Exception):  # each is interrupted, whatever the others do
+                what.interrupt()
+
+    def _watch(self, what: Interruptible) -> None:
+        """The thread waits on ``what`` (see :func:`interruptible`)."""
+        with self._lock:
+            if not self._interrupted:
+                self._watched.append(what)
+                return
+        what.interrupt()  # interrupted already: the thread does not wait any more
+
+    def _unwatch(self, what: Interruptible) -> None:
+        with self._lock:
+            watched = self._watched
+            for i, seen in enumerate(watched):
+                if seen is what:
+                    del watched[i]
+                    return
 
     async def wait(self) -> None:
         """Wait, cancellably, until no thread works for the abandoned call any more."""

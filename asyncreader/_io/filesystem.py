@@ -140,7 +140,10 @@ class RandomAccessFile(Protocol):
     result means end of file); ``readinto(buf)`` fills ``buf`` likewise and returns how many
     bytes it wrote; ``seek(offset)`` moves to an absolute offset (a file that
     cannot seek, such as a pipe, raises :class:`~asyncreader.FailedPreconditionError`);
-    ``size`` is the file's length when known; ``close()`` is idempotent.
+    ``size`` is the file's length when known; ``close()`` is idempotent. A remote file
+    read by range requests also has ``interrupt()``
+    (:class:`~asyncreader._io.executor.Interruptible`): a closing reader ends the requests
+    that its abandoned I/O call waits for through it.
     """
 
     @property

@@ -35,7 +35,10 @@ count again. Past the budget the read fails with
 :class:`~asyncreader.FailedPreconditionError` naming the file and the byte offset, which a
 reader's error policy can skip like any bad work item. A missing file or a refused
 permission is not retried. A cancelled read does not wait for a retry or a request: the
-requests of a closed file are cancelled on fsspec's loop.
+requests of a closed file are cancelled on fsspec's loop. A reader that closes while a
+read it gave up on still waits (its I/O thread abandoned) interrupts the file
+(:meth:`RangeFile.interrupt`, through :func:`~asyncreader._io.executor.interruptible`):
+its requests end at once, retries included, and the thread returns.
 
 Everything here blocks the calling thread (the reader's I/O worker) and never the caller's
 event loop.
@@ -61,6 +64,7 @@ from .._errors import (
     InvalidArgumentError,
     map_io_errors,
 )
+from .executor import interruptible
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Sequence
@@ -373,6 +377,9 @@ class RangeFile:
         "_began",
         "_client",
         "_closed",
+        "_futures",
+        "_guard",
+        "_interrupted",
         "_latency",
         "_loop",
         "_name",
@@ -404,10 +411,11 @@ class RangeFile:
         self._next = 0  # where the next range request starts
         self._streak = 0  # bytes read in order since the last seek
         self._closed = False
-        setup = client.setup()
-        if setup is not None:
-            with map_io_errors(name):
-                self._submit(setup).result()
+        # Requests submitted and maybe not done, and whether the file was interrupted:
+        # shared with the thread that interrupts it (see interrupt), under the guard.
+        self._guard = threading.Lock()
+        self._futures: list[Future[Any]] = []
+        self._interrupted = False
         # The size comes with the answer to the first range request where the client can
         # tell it: one round trip per file less than asking for it first. That request's
         # body is the file's first part, fetched on while the reader starts.
@@ -419,26 +427,33 @@ class RangeFile:
         self._asked: int | None = None
         self._seen_size: int | None = None
         self._latency: float | None = None  # seconds to the open's first answer
-        self._began: Future[Any] = self._submit(
-            self._open(
-                # Opened ahead: the whole window in one request (what the files opened
-                # ahead before it leave of it), so that one round trip brings a file of
-                # up to the window's size.
-                settings.read_ahead if not wait else min(settings.part_size, settings.read_ahead),
-                not wait,
-                [f for f in after if f._opening is not None],
+        with interruptible(self):
+            setup = client.setup()
+            if setup is not None:
+                self._wait(self._submit(setup), None)
+            self._began: Future[Any] = self._submit(
+                self._open(
+                    # Opened ahead: the whole window in one request (what the files opened
+                    # ahead before it leave of it), so that one round trip brings a file
+                    # of up to the window's size.
+                    settings.read_ahead
+                    if not wait
+                    else min(settings.part_size, settings.read_ahead),
+                    not wait,
+                    [f for f in after if f._opening is not None],
+                )
             )
-        )
-        self._opening: Future[Any] | None = self._began
-        if wait:
-            self.opened()
+            self._opening: Future[Any] | None = self._began
+            if wait:
+                self.opened()
 
     def opened(self) -> None:
         """Wait for the open begun by the constructor (``wait=False``: begun ahead)."""
         opening, self._opening = self._opening, None
         if opening is None:
             return
-        self.size, parts = self._wait(opening, 0)
+        with interruptible(self):
+            self.size, parts = self._wait(opening, 0)
         self._parts.extend(parts)
         if parts:
             self._next = parts[-1].end
@@ -588,6 +603,8 @@ class RangeFile:
         failures = 0
         first_failure = 0.0
         while True:
+            if self._interrupted:
+                raise self._closed_error(at)  # no new attempt for a file interrupted
             try:
                 if settings.request_timeout is None:
                     return await attempt()
@@ -621,13 +638,20 @@ class RangeFile:
                 await asyncio.sleep(delay)
 
     def _log_retry(self, doing: str, at: int, cause: str, then: str) -> None:
-        """Log a failed request that is asked again: file, byte, the cause's first line."""
+        """Log a failed request that is asked again: file, byte, the cause's first line.
+
+        A file interrupted asks for nothing again: that is raised instead. Under the
+        guard, so that once :meth:`interrupt` returned no such line is logged.
+        """
         name = self._name
-        _log.warning(
-            "%s: %s at byte %d failed (%s); %s",
-            name.decode("utf-8", "replace") if isinstance(name, bytes) else name,
-            doing, at, cause.partition("\n")[0].strip(), then,
-        )  # fmt: skip
+        with self._guard:
+            if self._interrupted:
+                raise self._closed_error(at)
+            _log.warning(
+                "%s: %s at byte %d failed (%s); %s",
+                name.decode("utf-8", "replace") if isinstance(name, bytes) else name,
+                doing, at, cause.partition("\n")[0].strip(), then,
+            )  # fmt: skip
 
     def _log_short(self, at: int, got: int) -> None:
         """Log an answer cut short (its connection ended early): the rest is asked for."""
@@ -667,16 +691,29 @@ class RangeFile:
     # -- on the reader's thread -----------------------------------------------------------
 
     def _submit(self, coro: Any) -> Future[Any]:
-        return asyncio.run_coroutine_threadsafe(coro, self._loop)
+        """Run ``coro`` on the client's loop (from any thread); a file interrupted runs
+        nothing more (see :meth:`interrupt`)."""
+        with self._guard:
+            if not self._interrupted:
+                future = asyncio.run_coroutine_threadsafe(coro, self._loop)
+                futures = self._futures
+                futures[:] = [f for f in futures if not f.done()]
+                futures.append(future)
+                return future
+        coro.close()
+        raise self._closed_error(None)
 
-    def _wait(self, future: Future[Any], offset: int) -> Any:
+    def _wait(self, future: Future[Any], offset: int | None) -> Any:
         try:
             with map_io_errors(self._name, offset=offset):
                 return future.result()
         except FutureCancelled:
-            raise FailedPreconditionError(
-                "the file was closed during the read", work_item=self._name, offset=offset
-            ) from None
+            raise self._closed_error(offset) from None
+
+    def _closed_error(self, offset: int | None) -> FailedPreconditionError:
+        return FailedPreconditionError(
+            "the file was closed during the read", work_item=self._name, offset=offset
+        )
 
     def _launch(self, need: int) -> None:
         """Request what a read up to ``need`` wants, and the read-ahead within the window."""
@@ -703,6 +740,10 @@ class RangeFile:
     def readinto(self, buf: memoryview) -> int:
         if self._closed:
             raise FailedPreconditionError("read from a closed file", work_item=self._name)
+        with interruptible(self):
+            return self._readinto(buf)
+
+    def _readinto(self, buf: memoryview) -> int:
         size = self.size
         assert size is not None
         n = min(len(buf), max(0, size - self._pos))
@@ -751,7 +792,24 @@ class RangeFile:
 
     def close(self) -> None:
         self._closed = True
+        self.interrupt()  # every request, the open's included
         self._cancel()
+
+    def interrupt(self) -> None:
+        """End the file's requests now, retries included; it asks for nothing more.
+
+        Thread-safe (its I/O thread may be blocked in a read or the open meanwhile): the
+        requests are cancelled on the client's loop, and a read or open waiting for one
+        fails with :class:`~asyncreader.FailedPreconditionError` ("the file was closed
+        during the read"), as every later one does. The thread running a reader's call
+        that a closing reader discards is interrupted so (see
+        :meth:`~asyncreader._io.executor.IoCall.interrupt`).
+        """
+        with self._guard:
+            self._interrupted = True
+            futures, self._futures = self._futures, []
+        for future in futures:
+            future.cancel()  # thread-safe: its task on the client's loop is cancelled in turn
 
     @property
     def in_flight(self) -> int:

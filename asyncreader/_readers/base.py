@@ -25,8 +25,9 @@ pipe with no writer or a server that never answers would pin it for good). Until
 returns, the reader runs no other hook: its next operation first waits for it,
 cancellably, then takes its outcome as the cancelled call would have (records it read go to
 the buffer, undelivered; an error is raised), so nothing is lost or delivered twice.
-Closing the reader meanwhile discards the outcome: the thread closes the files it opened
-when it returns.
+Closing the reader meanwhile discards the outcome and interrupts what the thread waits on
+where that can be done (a remote file's requests, their retries included): the thread
+returns at once, or when its blocking call does, and closes the files it opened.
 
 The built-in file readers use a faster internal path (:mod:`~asyncreader._readers.buffered`):
 each executor hop reads a block of megabytes and frames it whole, and the parsed records
@@ -588,6 +589,9 @@ class ReaderBase(
             async with self._lock:
                 pending, self._pending = self._pending, None
                 if pending is not None:
+                    # Its outcome is not wanted: its remote requests end now, retries
+                    # included (its thread would wait for them for the whole retry budget).
+                    pending.call.interrupt()
                     # A call that is merely slow is let finish, so that its files are
                     # closed when aclose returns; one blocked for good is left to close
                     # them itself when it returns.
@@ -609,8 +613,10 @@ class ReaderBase(
         :data:`_CLOSE_GRACE`: a closed reader never leaves a file open for good.
         """
         late, self._pending = self._pending, None
-        if late is not None and late.call.discard():
-            return  # its thread drops the state and closes the files when it returns
+        if late is not None:
+            late.call.interrupt()
+            if late.call.discard():
+                return  # its thread drops the state and closes the files when it returns
         call = run_detached(self._release_abandoned)
         with anyio.move_on_after(_CLOSE_GRACE):
             await call.wait()

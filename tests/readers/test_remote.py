@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import select
 import socket
 import threading
 import time
@@ -135,7 +136,9 @@ class _SilentServer:
     """A loopback HTTP server that accepts connections and then never answers; with
     ``head_size`` it answers ``HEAD`` (that size) and stays silent on every ``GET``.
 
-    It stops by itself after ``lifetime`` seconds, or when closed.
+    ``waiting`` counts the open connections whose request it left unanswered, ``dropped``
+    those the client closed while waiting. It stops by itself after ``lifetime`` seconds,
+    or when closed.
     """
 
     def __init__(self, head_size: int | None = None, lifetime: float = 20.0) -> None:
@@ -144,42 +147,53 @@ class _SilentServer:
         self.sock.settimeout(0.05)
         self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}/data.txt"
         self.accepted = 0
+        self.waiting = 0
+        self.dropped = 0
         self.stop = threading.Event()
         self.deadline = time.monotonic() + lifetime
         self.thread = threading.Thread(target=self._serve, daemon=True)
         self.thread.start()
 
     def _serve(self) -> None:
-        held: list[socket.socket] = []
+        # Each connection, and whether it waits for an answer.
+        held: dict[socket.socket, bool] = {}
         try:
             while not self.stop.is_set() and time.monotonic() < self.deadline:
                 try:
                     conn, _ = self.sock.accept()
                 except TimeoutError:
-                    self._answer_heads(held)
-                    continue
-                self.accepted += 1
-                conn.settimeout(0.05)
-                held.append(conn)
-                self._answer_heads(held)
+                    pass
+                else:
+                    self.accepted += 1
+                    conn.setblocking(False)
+                    held[conn] = False
+                self._take_requests(held)
+                self.waiting = sum(held.values())
         finally:
             for conn in held:
                 conn.close()
             self.sock.close()
 
-    def _answer_heads(self, held: list[socket.socket]) -> None:
-        if self.head_size is None:
-            return  # silent on everything
-        for conn in held:
+    def _take_requests(self, held: dict[socket.socket, bool]) -> None:
+        if not held:
+            return
+        readable, _, _ = select.select(list(held), [], [], 0)
+        for conn in readable:
             try:
                 request = conn.recv(4096)
-            except (TimeoutError, OSError):
-                continue
-            if request.startswith(b"HEAD "):
+            except OSError:
+                request = b""
+            if not request:  # closed by the client
+                self.dropped += held.pop(conn)
+                conn.close()
+            elif request.startswith(b"HEAD ") and self.head_size is not None:
                 conn.sendall(
                     b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n"
                     b"Accept-Ranges: bytes\r\n\r\n" % self.head_size
                 )
+                held[conn] = False
+            else:
+                held[conn] = True  # never answered
 
     def close(self) -> None:
         self.stop.set()
@@ -253,6 +267,40 @@ async def test_cancelling_a_read_from_a_silent_server_returns_promptly(
             assert reader.statistics().abandoned_threads == 1
     finally:
         server.close()  # the open fails now; the abandoned thread returns
+
+
+@pytest.mark.both_backends
+@pytest.mark.parametrize("head_size", [None, 100_000], ids=["open", "read"])
+async def test_closing_a_reader_ends_the_request_its_abandoned_read_waits_for(
+    head_size: int | None,
+) -> None:
+    # Default timeout and retry budget (a minute each): without the close, the abandoned
+    # thread would wait for the silent server that long.
+    server = _SilentServer(head_size=head_size, lifetime=30.0)
+    reader = ar.TextLineReader()
+    try:
+        with anyio.move_on_after(0.5):
+            await reader.read_up_to(await work_queue([server.url]), 10)
+        pending = reader._pending
+        assert pending is not None
+        assert reader.statistics().abandoned_threads == 1  # blocked in the open or a read
+        assert pending.kind == ("start" if head_size is None else "fill")
+        assert server.waiting >= 1
+        start = time.monotonic()
+        await reader.aclose()
+        assert time.monotonic() - start < 3
+        with anyio.fail_after(5):  # generous: it returns as soon as its request is ended
+            while pending.call.running:  # noqa: ASYNC110 - another thread's state
+                await anyio.sleep(0.02)
+        # The request's connection is closed: the server sees it dropped.
+        with anyio.fail_after(5):
+            while server.waiting or not server.dropped:  # noqa: ASYNC110 - its count
+                await anyio.sleep(0.02)
+        assert reader.statistics().closed
+        assert not reader._has_open_files()
+    finally:
+        await reader.aclose()
+        server.close()
 
 
 def test_remote_timeouts_are_checked() -> None:

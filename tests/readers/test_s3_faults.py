@@ -338,6 +338,47 @@ async def test_a_read_from_a_hung_server_is_cancelled_promptly(proxy: FaultProxy
         proxy.delay = 0.0
 
 
+@pytest.mark.both_backends
+@pytest.mark.parametrize("where", ["open", "read"])
+async def test_closing_a_reader_ends_the_retries_of_its_abandoned_read(
+    proxy: FaultProxy, caplog: pytest.LogCaptureFixture, where: str
+) -> None:
+    # A minute of retries (far past the test) unless the close ends them.
+    ar.set_remote_reading(
+        read_ahead=1 << 20, concurrency=4, request_timeout=2.0, retry_budget=60.0, max_attempts=1000
+    )
+    caplog.set_level(logging.WARNING, logger="asyncreader.remote")
+    url = _urls()[0]
+    reader = ar.TFRecordReader()
+    try:
+        queue = await work_queue([url])
+        if where == "read":
+            with anyio.fail_after(30):
+                assert len(await reader.read_batch(queue, 10)) == 10
+        proxy.fail_match = b"part-0"  # every request for the file is answered 503 from now on
+        with anyio.move_on_after(1.0):
+            await reader.read_batch(queue, 10_000)  # past the bytes fetched ahead
+        pending = reader._pending
+        assert pending is not None
+        assert reader.statistics().abandoned_threads == 1  # while its request is retried
+        assert pending.kind == ("start" if where == "open" else "fill")
+        assert any(m.startswith(f"{url}: ") for m in _retries_logged(caplog)), "no retry yet"
+        start = time.monotonic()
+        await reader.aclose()
+        closed, faults = len(caplog.records), proxy.faults
+        assert time.monotonic() - start < 3
+        await anyio.sleep(2.0)  # retried, a request would be asked again within that
+        after = [r.getMessage() for r in caplog.records[closed:] if r.name == "asyncreader.remote"]
+        assert after == []
+        assert proxy.faults == faults  # nothing asked for since the close
+        with anyio.fail_after(5):  # generous: it returned as soon as its request was ended
+            while pending.call.running:  # noqa: ASYNC110 - another thread's state
+                await anyio.sleep(0.02)
+        assert not reader._has_open_files()
+    finally:
+        await reader.aclose()
+
+
 def test_range_requests_go_through_the_chosen_client(proxy: FaultProxy, client: str) -> None:
     from asyncreader._io.filesystem import open_work_item
     from asyncreader._io.remote import RangeFile
