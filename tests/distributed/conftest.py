@@ -1,7 +1,7 @@
 """A real local Ray cluster for the distributed tests, on loopback only.
 
 One cluster serves the ``tests/distributed`` tests of a test process (starting one takes
-seconds):
+seconds; the suite's worker processes run these tests in two groups, see tests/conftest.py):
 every Ray socket listens on 127.0.0.1, token authentication uses a fresh token passed in
 the environment (nothing is written to ``$HOME``), and Ray's files go to a temporary
 directory. Each test uses its own namespace and leaves no actor behind; when the package
@@ -103,6 +103,9 @@ def ray_env() -> Iterator[RayEnv]:
         pytest.skip("Ray is already running in this process")
     ray_constants.ENABLE_RAY_CLUSTER = False  # in case Ray was imported before the env was set
     temp_dir = short_temp_dir("ar-ray-")
+    # Servers other test modules of this process started (a session's PostgreSQL) are not
+    # the cluster's.
+    before = descendants(os.getpid())
     context = ray.init(
         num_cpus=2,
         include_dashboard=False,
@@ -122,7 +125,7 @@ def ray_env() -> Iterator[RayEnv]:
                 os.environ.pop(name, None)
             else:
                 os.environ[name] = value
-    left = descendants(os.getpid())
+    left = descendants(os.getpid()) - before
     assert left == set(), f"Ray processes left after shutdown: {left}"
     shutil.rmtree(temp_dir, ignore_errors=True)
 

@@ -37,6 +37,23 @@ PROMPT = 2.0
 WATCHDOG = 8.0
 
 
+#: How long a test waits for threads that earlier tests of its process abandoned.
+EARLIER = 20.0
+
+
+@pytest.fixture(autouse=True)
+def _no_earlier_abandoned_threads() -> None:
+    """These tests count the process's abandoned threads: start when every thread an
+    earlier test abandoned (in any module run by this process) has returned."""
+    deadline = time.monotonic() + EARLIER
+    while abandoned_io()[0] and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert abandoned_io()[0] == 0, (
+        f"{abandoned_io()[0]} thread(s) abandoned by earlier tests still running after "
+        f"{EARLIER:g} s"
+    )
+
+
 @pytest.fixture
 def fifo(tmp_path: Path) -> Iterator[Path]:
     path = tmp_path / "stuck.fifo"
