@@ -42,7 +42,10 @@ async def test_watch_shows_the_stages_and_the_starving_one(
 
             async def example() -> tuple[bytes]:
                 _, line = await reader.read(files)
-                await anyio.sleep(0.02)  # slow decoding: the batch queue starves
+                # Slow decoding: the batch queue starves. The loop takes each batch in an
+                # instant and waits 0.2 s for the next, so a sample (an instant on the same
+                # event loop) finds it waiting even when a wake-up is late on a busy machine.
+                await anyio.sleep(0.05)
                 return (line,)
 
             batches = ar.batch(example, batch_size=4, capacity=16)
@@ -57,7 +60,7 @@ async def test_watch_shows_the_stages_and_the_starving_one(
             while len(sess.stage_statistics()) < 5:  # noqa: ASYNC110
                 await anyio.sleep(0.01)
             status = await anyio.to_thread.run_sync(
-                main, ["watch", f"http://127.0.0.1:{port}", "--count", "2", "--interval", "0.3"]
+                main, ["watch", f"http://127.0.0.1:{port}", "--count", "2", "--interval", "0.5"]
             )
             batch_queue = next(
                 s.name for s in sess.stage_statistics() if s.name.startswith("FIFOQueue")
