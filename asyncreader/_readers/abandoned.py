@@ -99,6 +99,10 @@ class AbandonedCalls:
         pending = self._pending
         if pending is None:
             return
+        if not apply or pending.epoch != self._epoch:
+            # Its outcome will be dropped: end its remote requests (retries too) now
+            # rather than wait for them.
+            pending.call.interrupt()
         await pending.call.wait()
         self._pending = None
         if not apply or pending.epoch != self._epoch or pending.kind is None:

@@ -14,7 +14,8 @@ worth); text lines and compressed files are framed once from the start up to the
 record wanted.
 
 A re-read blocked for good (a stalled mount, a named pipe) does not hold up the session:
-a cancellation abandons its thread, which closes the file when it returns.
+a cancellation abandons its thread, which closes the file when it returns; a remote
+file's requests, retries included, end at once (:meth:`IoCall.interrupt`).
 
 :class:`ReaderRecords` is what a built-in reader's ``_record_source()`` returns: the
 :class:`~asyncreader._queues.record_refs.RecordSource` through which queues split its keys
@@ -81,7 +82,14 @@ async def reread(
             if reader._reread_blocks:
                 # Abandoned on cancellation: _reread closes what it opened when it returns.
                 call = IoCall(functools.partial(_reread_checked, reader, work, mine, crcs[refs]))
-                found = await run_io_abandoning(call)
+                try:
+                    found = await run_io_abandoning(call)
+                except BaseException:
+                    if call.abandoned:
+                        # Nobody takes its records any more: end its remote requests
+                        # (retries too) instead of letting them run for their budget.
+                        call.interrupt()
+                    raise
             else:
                 found = _reread_checked(reader, work, mine, crcs[refs])
         except Exception as exc:

@@ -334,8 +334,9 @@ async def test_a_read_from_a_hung_server_is_cancelled_promptly(proxy: FaultProxy
 
 @pytest.mark.both_backends
 @pytest.mark.parametrize("where", ["open", "read"])
+@pytest.mark.parametrize("ending", ["aclose", "reset"])
 async def test_closing_a_reader_ends_the_retries_of_its_abandoned_read(
-    proxy: FaultProxy, caplog: pytest.LogCaptureFixture, where: str
+    proxy: FaultProxy, caplog: pytest.LogCaptureFixture, where: str, ending: str
 ) -> None:
     # A minute of retries (far past the test) unless the close ends them.
     ar.set_remote_reading(
@@ -358,7 +359,8 @@ async def test_closing_a_reader_ends_the_retries_of_its_abandoned_read(
         assert pending.kind == ("start" if where == "open" else "fill")
         assert any(m.startswith(f"{url}: ") for m in _retries_logged(caplog)), "no retry yet"
         start = time.monotonic()
-        await reader.aclose()
+        # reset() drops the read's outcome as aclose() does, and must not wait for it.
+        await (reader.aclose() if ending == "aclose" else reader.reset())
         closed, faults = len(caplog.records), proxy.faults
         assert time.monotonic() - start < 3
         await anyio.sleep(2.0)  # retried, a request would be asked again within that
@@ -371,6 +373,44 @@ async def test_closing_a_reader_ends_the_retries_of_its_abandoned_read(
         assert not reader._has_open_files()
     finally:
         await reader.aclose()
+
+
+@pytest.mark.both_backends
+async def test_leaving_a_session_ends_the_retries_of_its_restores_re_read(
+    proxy: FaultProxy, caplog: pytest.LogCaptureFixture
+) -> None:
+    from asyncreader._io.executor import abandoned_io
+
+    ar.set_remote_reading(
+        read_ahead=1 << 20, concurrency=4, request_timeout=2.0, retry_budget=60.0, max_attempts=1000
+    )
+    caplog.set_level(logging.WARNING, logger="asyncreader.remote")
+    url = _urls()[0]
+    async with ar.Session() as sess:
+        files = ar.string_input_producer([url], num_epochs=1, shuffle=False)
+        reader = ar.TFRecordReader()
+        queue = ar.FIFOQueue(None, record_refs=reader)
+        with anyio.fail_after(30):
+            for _ in range(5):
+                await queue.enqueue(await reader.read(files))
+            checkpoint = await sess.checkpoint()
+    # The restore reads the five records again by key; every request for the file is
+    # answered 503 now, and retried for a minute unless leaving the session ends that.
+    proxy.fail_match = b"part-0"
+    with anyio.fail_after(30):
+        async with ar.Session(restore=checkpoint):
+            ar.string_input_producer([url], num_epochs=1, shuffle=False)
+            queue = ar.FIFOQueue(None, record_refs=ar.TFRecordReader())
+            with anyio.move_on_after(1.0):
+                await queue.dequeue()
+            assert any(m.startswith(f"{url}: ") for m in _retries_logged(caplog)), "no retry"
+    left, faults = len(caplog.records), proxy.faults
+    await anyio.sleep(2.0)  # retried, a request would be asked again within that
+    assert [r.getMessage() for r in caplog.records[left:] if r.name == "asyncreader.remote"] == []
+    assert proxy.faults == faults  # nothing asked for since the session was left
+    with anyio.fail_after(5):  # generous: it returned as soon as its request was ended
+        while abandoned_io()[0]:  # noqa: ASYNC110 - another thread's state
+            await anyio.sleep(0.02)
 
 
 def test_range_requests_go_through_the_chosen_client(proxy: FaultProxy, client: str) -> None:
