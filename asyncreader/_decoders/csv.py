@@ -556,10 +556,20 @@ def _arrow_path(
     if plan is None or (plan.alphabet is not None and joined.translate(None, plan.alphabet)):
         return None
     pa, pa_csv, pc = _arrow_modules()  # type: ignore[misc]  # not None: a plan exists
+    # The text goes to Arrow in a buffer Arrow owns, not one wrapping a Python object:
+    # Arrow's I/O threads drop their references to it after read_all() returns, and
+    # dropping a Python object needs the GIL, which a thread cannot take while the
+    # interpreter exits (the process then aborts in std::terminate). The copy costs what
+    # adding the final newline to a bytes object did. That newline lets Arrow read a
+    # one-line batch (it rejects a lone unended line).
+    text = pa.allocate_buffer(len(joined) + 1)
+    view = memoryview(text).cast("B")
+    view[: len(joined)] = joined
+    view[len(joined)] = _LF
+    view.release()
     try:
-        # The final newline lets Arrow read a one-line batch (it rejects a lone unended line).
         reader = pa_csv.open_csv(
-            pa.py_buffer(joined + b"\n"),
+            text,
             read_options=plan.read,
             parse_options=plan.parse,
             convert_options=plan.convert,

@@ -193,6 +193,28 @@ def test_edge_texts_one_per_batch_match_the_exact_path() -> None:
         assert fast == exact, (text, kind)
 
 
+def test_arrow_reads_the_text_from_a_buffer_it_owns() -> None:
+    # Arrow's I/O threads drop their references to the input after read_all(); a buffer
+    # wrapping a Python object needs the GIL to drop, and a process exiting meanwhile
+    # aborted ("terminate called without an active exception", asyncreader convert).
+    import pyarrow.csv as pa_csv
+
+    given: list[Any] = []
+    real = pa_csv.open_csv
+
+    def spy(source: Any, **kwargs: Any) -> Any:
+        given.append(source)
+        return real(source, **kwargs)
+
+    with mock.patch.object(pa_csv, "open_csv", spy):
+        columns = ar.decode_csv(["1,2.5", "3,4"], [[0], [0.0]])
+    assert [c.tolist() for c in columns] == [[1, 3], [2.5, 4.0]]
+    assert len(given) == 1
+    # Allocated by Arrow: a buffer over the batch's Python bytes would be read-only.
+    assert given[0].is_mutable
+    assert given[0].to_pybytes() == b"1,2.5\n3,4\n"
+
+
 def test_clean_numeric_batches_take_the_arrow_route() -> None:
     lines = ["1,2.5,-3e2,9", "4,,0.1,-2147483648", "7,8.,1.00000005960464477550,0"]
     defaults = [[0], [0.0], [0.0], np.array([], np.int64)]
