@@ -191,10 +191,9 @@ def set_remote_reading(
         max_attempts: Attempts of one request in a row before giving up (default 10).
         obstore: Fetch the byte ranges of ``s3://`` files through obstore
             (``asyncreader[obstore]``) instead of s3fs: 2.5-8x the throughput measured
-            against a local S3 server. Off by default: a process that exits after obstore
-            failed a request (a missing object) was seen to abort at interpreter
-            shutdown (SIGABRT, a few exits in a hundred). ``None`` (the default) leaves
-            the choice as it is, except that a call without arguments turns it off.
+            against a local S3 server. Off by default for now. ``None`` (the default)
+            leaves the choice as it is, except that a call without arguments turns it
+            off.
 
     Raises:
         InvalidArgumentError: a value is out of range.
