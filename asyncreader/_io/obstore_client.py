@@ -68,11 +68,12 @@ async def _answer(request: Awaitable[Any]) -> Any:
     """The answer of an obstore request, which is never cancelled.
 
     obstore's Rust threads deliver an answer by calling into Python
-    (``call_soon_threadsafe``). One that does so while the interpreter exits cannot take
-    the GIL and the process aborts (SIGABRT, measured in about 1 exit in 20 after a
-    failed request: the sibling request of the open, cancelled by the failure, was
-    answered during the exit). A cancelled caller stops waiting; the request runs on
-    until answered, and a process exiting first waits for it (bounded).
+    (``call_soon_threadsafe``), and stay in Python a moment after the loop may have taken
+    the answer. One that is there while the interpreter exits cannot take the GIL and
+    the process aborts (SIGABRT, measured in about 1 exit in 20 right after a failed
+    request). So a cancelled caller stops waiting but the request runs on until
+    answered, and a process exiting waits for every answer and a moment after the last
+    (bounded, see :func:`_settle_at_exit`).
     """
     future = asyncio.ensure_future(request)
     _in_flight.add(future)
