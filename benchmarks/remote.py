@@ -1,14 +1,16 @@
 """Remote reading speed: ``read_batch`` over ``s3://`` (and ``http://``) against fetching the
 same objects whole with the same client, concurrently, in the same run.
 
-Run: ``python benchmarks/remote.py [--scale 1.0] [--quick] [--repeats 5] [--no-nginx]
+Run: ``python benchmarks/remote.py [--scale 3.0] [--quick] [--repeats 5] [--no-nginx]
 [--no-obstore]``
 
 The script starts moto's S3 server (``moto[server]``) on loopback, uploads TFRecord files
-of 100-byte and of 100 KiB records (4 files each, 24 MB a file of 100 KiB records and
-8 MB of 100-byte records at scale 1), and times, median of five wall-clock runs after a
-warm-up, the runs compared interleaved (one of each per round, so load from elsewhere on
-the machine falls on all of them alike; the load average is printed):
+of 100-byte and of 100 KiB records (``8 x scale`` files of each: 12 MB a file of 100 KiB
+records, 4 MB of 100-byte records; the default scale makes the transfer last many round
+trips of the +50 ms run, and moto's cost per range request grows with the object), and
+times, median of five wall-clock runs after a warm-up, the runs compared interleaved (one
+of each per round, so load from elsewhere on the machine falls on all of them alike; the
+load average is printed):
 
 * ``raw``: the client the readers use for ``s3://`` (obstore when installed, else s3fs's
   ``fs.cat``) fetching every file whole, concurrently: the reference of the "vs raw"
@@ -20,10 +22,14 @@ the machine falls on all of them alike; the load average is printed):
   files, one reader;
 * the same with 50 ms added to every request by a delaying proxy on loopback (the tests'
   ``fault_proxy``), raw and ``read_batch`` both through it, against ``read_batch``
-  through the same proxy without the delay (the proxy's own copying is not latency);
+  through the same proxy without the delay (the proxy's own copying is not latency); and
+  with the read-ahead window doubled to 128 MiB (the window is what bounds a reader's
+  throughput at a high latency: about window / round trip);
 * the client comparison: obstore (the Rust ``object_store`` client) fetching the same
-  objects whole and as 8 MiB ranges, concurrently, next to s3fs doing the same
-  (``--no-obstore`` skips it; it is not a dependency of asyncreader);
+  objects whole and as 8 MiB ranges, concurrently, next to s3fs doing the same, and
+  ``read_batch`` through s3fs (the readers' client unless obstore is turned on) against
+  s3fs's whole-object fetch (``--no-obstore`` skips it; obstore is not a dependency of
+  asyncreader);
 * with nginx installed, the same files over ``http://`` (raw: fsspec's HTTP filesystem
   fetching them whole concurrently).
 
@@ -59,7 +65,13 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests" / "readers"))  # the tests' fault proxy
 
 BUCKET = "bench"
-FILES = 4
+#: Files per kind at scale 1; ``--scale`` changes their number, not their size.
+FILES = 8
+#: File sizes: moto's server copies a whole object to answer each range request, so its
+#: cost per request grows with the object (8 MiB ranges of a 96 MB object: 152 MB/s
+#: against 659 MB/s whole); at these sizes the server's range answers keep up.
+SMALL_FILE = 4_000_000
+LARGE_FILE = 12_000_000
 
 
 def free_port() -> int:
@@ -185,12 +197,13 @@ def raw_s3(urls: list[str]) -> Callable[[], Awaitable[float]]:
     (obstore when installed, else s3fs)."""
     from asyncreader._io.obstore_client import obstore_client
 
-    clients = [obstore_client(u) for u in urls]
-    if any(c is None for c in clients):
+    if any(obstore_client(u) is None for u in urls):
         return raw_fetch("s3", urls)
     import obstore
 
     async def run() -> float:
+        # Made here, after the round's set-up: through the proxy when it is configured.
+        clients = [obstore_client(u) for u in urls]
         start = time.perf_counter()
         for result in await asyncio.gather(
             *(obstore.get_async(c._store, c._key) for c in clients)  # type: ignore[union-attr]
@@ -221,7 +234,7 @@ def raw_fetch(protocol: str, urls: list[str]) -> Callable[[], Awaitable[float]]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--scale", type=float, default=1.0)
+    parser.add_argument("--scale", type=float, default=3.0)
     parser.add_argument("--quick", action="store_true", help="one run each, no tables")
     parser.add_argument("--no-nginx", action="store_true")
     parser.add_argument("--no-obstore", action="store_true")
@@ -244,22 +257,20 @@ def main() -> None:
         wait_port(port, moto, "moto's S3 server")
         fs = s3fs.S3FileSystem(endpoint_url=endpoint, key="test", secret="test")
         fs.mkdir(BUCKET)
-        kinds = {
-            "100 B": (100, int(8e6 * args.scale)),
-            "100 KiB": (100 << 10, int(24e6 * args.scale)),
-        }
+        kinds = {"100 B": (100, SMALL_FILE), "100 KiB": (100 << 10, LARGE_FILE)}
+        n_files = max(2, round(FILES * args.scale))
         files: dict[str, tuple[list[str], int, int, int]] = {}
-        for label, (size, total) in kinds.items():
-            data, n, payload = tfrecord_file(size, total)
-            names = [f"{size}-{i}.tfrecord" for i in range(FILES)]
+        for label, (size, file_size) in kinds.items():
+            data, n, payload = tfrecord_file(size, file_size)
+            names = [f"{size}-{i}.tfrecord" for i in range(n_files)]
             for name in names:
                 fs.pipe(f"{BUCKET}/{name}", data)
                 (tmp / name).write_bytes(data)
-            files[label] = (names, n * FILES, payload * FILES, len(data) * FILES)
+            files[label] = (names, n * n_files, payload * n_files, len(data) * n_files)
         s3_conf(endpoint)
         load = os.getloadavg()
         print(
-            f"moto S3 server on loopback; {FILES} files per kind; median of {repeats}, "
+            f"moto S3 server on loopback; {n_files} files per kind; median of {repeats}, "
             f"interleaved; load average {load[0]:.1f} {load[1]:.1f} {load[2]:.1f}\n"
         )
         print(HEADER)
@@ -314,8 +325,9 @@ def main() -> None:
         print(HEADER)
         print(RULE)
 
-        def through(delay: float | None) -> Callable[[], None]:
+        def through(delay: float | None, window: int = 64 << 20) -> Callable[[], None]:
             def set_up() -> None:
+                ar.set_remote_reading(read_ahead=window, obstore=CLIENT == "obstore")
                 if delay is None:
                     s3_conf(endpoint)
                 else:
@@ -327,28 +339,37 @@ def main() -> None:
         def one_reader() -> Awaitable[None]:
             return drain(urls, 1, records)
 
-        direct, no_latency, raw, slow = interleaved(
-            [one_reader, one_reader, raw_s3(urls), one_reader],
+        direct, no_latency, raw, slow, wide = interleaved(
+            [one_reader, one_reader, raw_s3(urls), one_reader, one_reader],
             repeats,
-            before=[through(None), through(0.0), through(0.05), through(0.05)],
+            before=[
+                through(None),
+                through(0.0),
+                through(0.05),
+                through(0.05),
+                through(0.05, 128 << 20),
+            ],
         )
+        ar.set_remote_reading(obstore=CLIENT == "obstore")
         print(row("read_batch, 1 reader, direct", direct, records, total, None))
         name = "read_batch, 1 reader, proxy, no added latency"
         print(row(name, no_latency, records, total, None))
         ref = total / raw / 1e6
         print(row(f"raw {CLIENT}, whole, concurrent, +50 ms", raw, 0, total, None))
         print(row("read_batch, 1 reader, +50 ms", slow, records, total, ref))
+        print(row("same, read_ahead 128 MiB", wide, records, total, ref))
         slowdown = slow / no_latency
         print(
             f"\n+50 ms per request: {slowdown:.2f}x the time through the proxy without it "
-            f"({slow / direct:.2f}x the time direct; bar: <= 2x)\n"
+            f"({slow / direct:.2f}x the time direct; bar: <= 2x); with a 128 MiB window "
+            f"{wide / no_latency:.2f}x\n"
         )
         proxy.close()
         proxy = None
         s3_conf(endpoint)
 
         if not args.no_obstore:
-            compare_clients(endpoint, names, total, repeats)
+            compare_clients(endpoint, names, records, total, repeats)
 
         if not args.no_nginx:
             nginx_rows(tmp, files, repeats)
@@ -368,8 +389,11 @@ def main() -> None:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def compare_clients(endpoint: str, names: list[str], total: int, repeats: int) -> None:
-    """obstore next to s3fs: whole objects and 8 MiB ranges, concurrently."""
+def compare_clients(
+    endpoint: str, names: list[str], records: int, total: int, repeats: int
+) -> None:
+    """obstore next to s3fs: whole objects and 8 MiB ranges, concurrently; and
+    ``read_batch`` through s3fs, the readers' client unless obstore is turned on."""
     try:
         import obstore
         from obstore.store import S3Store
@@ -437,6 +461,12 @@ def compare_clients(endpoint: str, names: list[str], total: int, repeats: int) -
     print(row("obstore: whole objects", best(obstore_whole, repeats), 0, total, ref))
     print(row("s3fs: 8 MiB ranges", best(s3fs_ranges, repeats), 0, total, ref))
     print(row("obstore: 8 MiB ranges", best(obstore_ranges, repeats), 0, total, ref))
+    ar.set_remote_reading(obstore=False)
+    try:
+        through_s3fs = best(functools.partial(drain, urls, 1, records), repeats)
+    finally:
+        ar.set_remote_reading(obstore=CLIENT == "obstore")
+    print(row("s3fs (the default): read_batch, 1 reader", through_s3fs, records, total, ref))
     print()
 
 
