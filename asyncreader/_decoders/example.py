@@ -26,6 +26,7 @@ from .._records.batch import RecordBatch
 from . import wire
 from .example_columns import Column, ColumnBuilder, RequestedFeature
 from .example_layout import SharedLayout
+from .example_lockstep import parse_lockstep
 from .example_proto import Example, Feature, Features
 from .features import (
     DTYPE_KINDS,
@@ -299,6 +300,18 @@ def _parse(
     columns = [Column() for _ in specs]
     dense: dict[int, np.ndarray] = {}
     layout = SharedLayout.build(items, specs)
+    if layout is None or not layout.matched.all():
+        # Examples whose lengths differ but whose structure is the same are walked together;
+        # the examples that leave the structure are parsed one by one, as below.
+        def parse_rows(rows: list[int]) -> list[Column]:
+            slow = [Column() for _ in specs]
+            for index in rows:
+                _parse_one(index + base, items[index], specs, slow, single)
+            return slow
+
+        found = parse_lockstep(items, specs, names, single, base, parse_rows)
+        if found is not None:
+            return _build(specs, dict(enumerate(found)), {})
     if layout is None:
         records = items.tolist() if isinstance(items, RecordBatch) else items
         for index, data in enumerate(records):
@@ -322,6 +335,16 @@ def _parse(
         for spec_index, (spec, column) in enumerate(zip(specs, columns, strict=True))
         if spec_index not in dense
     }
+    return _build(specs, builders, dense)
+
+
+def _build(
+    specs: list[RequestedFeature],
+    builders: dict[int, ColumnBuilder],
+    dense: dict[int, np.ndarray],
+) -> ParseResult:
+    """The results of ``builders`` (and of the features already in ``dense``), or the error
+    of the first bad example."""
     failures = [
         failure for builder in builders.values() if (failure := builder.first_error()) is not None
     ]

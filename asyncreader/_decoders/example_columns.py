@@ -21,7 +21,13 @@ from .dtypes import STRING, tf_name
 from .example_proto import KIND_NAMES
 from .features import KIND_DTYPES, FixedLenFeature, SparseTensorValue, VarLenFeature
 
-__all__ = ["Column", "ColumnBuilder", "RequestedFeature"]
+__all__ = [
+    "Column",
+    "ColumnBuilder",
+    "RequestedFeature",
+    "decode_int64_streams",
+    "varint_counts",
+]
 
 _COUNT_NAMES: Final = {wire.BYTES: "bytes", wire.FLOAT: "float", wire.INT64: "int64"}
 
@@ -64,7 +70,18 @@ class Column:
 class ColumnBuilder:
     """Checks and assembles one requested feature for the whole batch."""
 
-    __slots__ = ("base", "column", "counts", "int_values", "names", "present", "single", "spec")
+    __slots__ = (
+        "base",
+        "column",
+        "counts",
+        "flat",
+        "int_values",
+        "kinds",
+        "names",
+        "present",
+        "single",
+        "spec",
+    )
 
     def __init__(
         self,
@@ -76,48 +93,56 @@ class ColumnBuilder:
     ) -> None:
         self.base = base
         self.spec = spec
-        self.column = column
+        self.column: Column | None = column
         self.names = names
         self.single = single
-        kinds = np.array(column.kinds, dtype=np.int8)
-        self.present = kinds == spec.kind
+        self.kinds = np.array(column.kinds, dtype=np.int8)
+        self.present = self.kinds == spec.kind
         self.int_values: np.ndarray | None = None
-        self.counts = self._counts()
+        self.flat: np.ndarray | None = None
+        self.counts = self._counts(column)
 
-    def _counts(self) -> np.ndarray:
-        values = self.column.values
+    @classmethod
+    def from_arrays(
+        cls,
+        spec: RequestedFeature,
+        kinds: np.ndarray,
+        counts: np.ndarray,
+        flat: np.ndarray,
+        names: list[str] | None,
+        single: bool,
+        base: int,
+    ) -> ColumnBuilder:
+        """A builder for values gathered without a :class:`Column`: every example's kind
+        (``int8``), its number of values (any number where the kind is not the spec's) and
+        the values of the examples of the spec's kind, concatenated in example order (int64
+        streams decoded with :func:`decode_int64_streams`)."""
+        builder = cls.__new__(cls)
+        builder.base = base
+        builder.spec = spec
+        builder.column = None
+        builder.names = names
+        builder.single = single
+        builder.kinds = kinds
+        builder.present = kinds == spec.kind
+        builder.int_values = flat if spec.kind == wire.INT64 else None
+        builder.flat = flat
+        builder.counts = counts
+        return builder
+
+    def _counts(self, column: Column) -> np.ndarray:
+        values = column.values
         if self.spec.kind == wire.INT64:
             streams = [value if value is not None else b"" for value in values]
             lengths = np.fromiter(map(len, streams), dtype=np.intp, count=len(streams))
             joined = b"".join(streams)  # type: ignore[arg-type]
-            self.int_values = self._decode_varints(joined, lengths)
-            ends = np.frombuffer(joined, dtype=np.uint8) < 0x80
-            before = np.concatenate(([0], np.cumsum(ends, dtype=np.intp)))
-            stops = np.cumsum(lengths)
-            counts: np.ndarray = before[stops] - before[stops - lengths]
-            return counts
+            self.int_values = decode_int64_streams(joined, lengths, self.single, self.base)
+            return varint_counts(np.frombuffer(joined, dtype=np.uint8), lengths)
         return np.fromiter(
             (0 if value is None else len(value) for value in values),
             dtype=np.intp,
             count=len(values),
         ) // (4 if self.spec.kind == wire.FLOAT else 1)
-
-    def _decode_varints(self, joined: bytes, lengths: np.ndarray) -> np.ndarray:
-        try:
-            return wire.decode_varints(joined)
-        except wire.WireError as exc:
-            # Only an over-long varint gets here (truncation is caught per example); find it.
-            stops = np.cumsum(lengths)
-            for index in range(len(lengths)):
-                start = int(stops[index] - lengths[index])
-                try:
-                    wire.decode_varints(joined[start : int(stops[index])])
-                except wire.WireError:
-                    raise InvalidArgumentError(
-                        f"Could not parse example input, value: '' ({exc})",
-                        record=None if self.single else index + self.base,
-                    ) from None
-            raise AssertionError("unreachable") from exc
 
     def _prefix(self, index: int) -> str:
         if self.single:
@@ -129,7 +154,7 @@ class ColumnBuilder:
     def first_error(self) -> tuple[tuple[int, int], InvalidArgumentError] | None:
         """The first bad example's sort key and error, in TensorFlow's words; None if none."""
         spec = self.spec
-        kinds = np.array(self.column.kinds, dtype=np.int8)
+        kinds = self.kinds
         fixed = isinstance(spec.spec, FixedLenFeature)
         wrong_type = (kinds != wire.NONE) & (kinds != spec.kind)
         bad = wrong_type.copy()
@@ -185,10 +210,13 @@ class ColumnBuilder:
     def _flat_values(self) -> np.ndarray:
         """All present values of the batch, concatenated in example order."""
         kind = self.spec.kind
-        present_values = [value for value in self.column.values if value is not None]
         if kind == wire.INT64:
             assert self.int_values is not None
             return self.int_values
+        if self.flat is not None:
+            return self.flat
+        assert self.column is not None
+        present_values = [value for value in self.column.values if value is not None]
         if kind == wire.FLOAT:
             raw = bytearray().join(present_values)  # type: ignore[arg-type]
             return np.frombuffer(raw, dtype="<f4").astype(np.float32, copy=False)
@@ -198,7 +226,7 @@ class ColumnBuilder:
         return array
 
     def _dense(self, spec: FixedLenFeature) -> np.ndarray:
-        batch = len(self.column.kinds)
+        batch = len(self.kinds)
         dims = self.spec.dims
         values = self._flat_values()
         if self.present.all():
@@ -225,3 +253,40 @@ class ColumnBuilder:
         return SparseTensorValue(
             np.stack([rows, positions], axis=1), values, np.array([batch, longest], dtype=np.int64)
         )
+
+
+def varint_counts(stream: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """The number of varints in each of the consecutive pieces of ``stream`` (``uint8``)
+    whose lengths are ``lengths``: the final bytes (below 0x80) in each piece."""
+    ends = stream < 0x80
+    before = np.concatenate(([0], np.cumsum(ends, dtype=np.intp)))
+    stops = np.cumsum(lengths)
+    counts: np.ndarray = before[stops] - before[stops - lengths]
+    return counts
+
+
+def decode_int64_streams(
+    joined: bytes | np.ndarray, lengths: np.ndarray, single: bool, base: int
+) -> np.ndarray:
+    """Decode the int64 lists of a batch's examples, their varint streams joined in
+    example order (``lengths`` bytes each; every stream ends on a final byte).
+
+    Raises:
+        InvalidArgumentError: a varint is longer than 10 bytes; the error names the first
+            example that holds one (``record``: its position plus ``base``).
+    """
+    try:
+        return wire.decode_varints(joined)
+    except wire.WireError as exc:
+        # Only an over-long varint gets here (truncation is caught per example); find it.
+        stops = np.cumsum(lengths)
+        for index in range(len(lengths)):
+            start = int(stops[index] - lengths[index])
+            try:
+                wire.decode_varints(joined[start : int(stops[index])])
+            except wire.WireError:
+                raise InvalidArgumentError(
+                    f"Could not parse example input, value: '' ({exc})",
+                    record=None if single else index + base,
+                ) from None
+        raise AssertionError("unreachable") from exc

@@ -324,8 +324,9 @@ def int64_stream(span: Span) -> bytes:
     return b"".join(parts)
 
 
-def decode_varints(stream: bytes) -> np.ndarray:
-    """Decode a stream of whole varints into int64 values, all at once with numpy.
+def decode_varints(stream: bytes | np.ndarray) -> np.ndarray:
+    """Decode a stream of whole varints (``bytes`` or a ``uint8`` array) into int64 values,
+    all at once with numpy.
 
     Raises:
         WireError: the stream ends inside a varint, or a varint is longer than 10 bytes.
