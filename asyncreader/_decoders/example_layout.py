@@ -85,18 +85,28 @@ class SharedLayout:
         self._values: list[_Values | None] = [None] * len(specs)
 
     @classmethod
-    def build(cls, items: Sequence[bytes], specs: list[RequestedFeature]) -> SharedLayout | None:
+    def build(
+        cls, items: Sequence[bytes], specs: list[RequestedFeature], *, whole: bool = False
+    ) -> SharedLayout | None:
         """The layout of ``items[0]`` checked against every item, or None when not worth it.
 
         ``items`` is a list of ``bytes`` or a :class:`~asyncreader.RecordBatch` (read from
         its buffers). None when the batch is smaller than :data:`LAYOUT_MIN_BATCH`, when the
         first example is empty, malformed or not encoded the plain way (e.g. a feature split
-        in two), or when fewer than :data:`LAYOUT_MIN_BATCH` examples have its length.
+        in two), or when fewer than :data:`LAYOUT_MIN_BATCH` examples have its length (with
+        ``whole``, when any example has another length).
         """
         if len(items) < LAYOUT_MIN_BATCH:
             return None
         first = items[0]
         length = len(first)
+        if isinstance(items, RecordBatch):
+            lengths = items.lengths
+        else:
+            lengths = np.fromiter(map(len, items), dtype=np.intp, count=len(items))
+        same = lengths == length
+        if whole and not same.all():
+            return None
         try:
             found = cls._payload(first, specs)
         except wire.WireError:
@@ -104,11 +114,6 @@ class SharedLayout:
         if found is None or length == 0:
             return None
         kinds, ranges, payload = found
-        if isinstance(items, RecordBatch):
-            lengths = items.lengths
-        else:
-            lengths = np.fromiter(map(len, items), dtype=np.intp, count=len(items))
-        same = lengths == length
         position: np.ndarray | None = None
         rows: np.ndarray | None = None
         if not same.all():
