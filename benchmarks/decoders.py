@@ -11,12 +11,16 @@ ratio against the first row's reference, measured in the same run:
   per-example path, the ``protobuf`` package (upb) and TensorFlow when they are installed;
 * parse_example on 1024 Examples (a 3072-float image, an int64 label) given as a list of
   ``bytes`` and as a ``RecordBatch`` laid out like a TFRecord block (12-byte header and
-  4-byte footer around every payload), as ``read_batch`` returns them.
+  4-byte footer around every payload), as ``read_batch`` returns them;
+* parse_example on Examples whose lengths differ (int64 ids of 1 to 6 varint bytes with
+  short bytes or a float, and a 3-30 KiB image with an int64 label), as a list and as a
+  ``RecordBatch``, against the per-example path.
 """
 
 from __future__ import annotations
 
 import csv
+import functools
 import io
 import time
 from typing import TYPE_CHECKING, Any
@@ -26,7 +30,8 @@ import numpy as np
 
 import asyncreader as ar
 from asyncreader._decoders import csv as csv_module
-from asyncreader._decoders import example_layout
+from asyncreader._decoders import example_layout, example_lockstep
+from asyncreader._readers.row_example import RowEncoder
 from asyncreader._records.batch import KeyRun, RecordBatch, Segment, assemble
 
 if TYPE_CHECKING:
@@ -242,7 +247,10 @@ def bench_parse_example() -> None:
     }
 
     def per_example() -> Any:
-        with mock.patch.object(example_layout, "LAYOUT_MIN_BATCH", 10**9):
+        with (
+            mock.patch.object(example_layout, "LAYOUT_MIN_BATCH", 10**9),
+            mock.patch.object(example_lockstep, "LOCKSTEP_MIN_BATCH", 10**9),
+        ):
             return ar.parse_example(batch, spec)
 
     rows: list[tuple[str, Callable[[], Any]]] = [
@@ -334,11 +342,83 @@ def bench_parse_record_batch() -> None:
     )
 
 
+def varying_examples(case: str, count: int) -> list[bytes]:
+    """Examples of one structure whose lengths differ, as real data has them."""
+    rng = np.random.default_rng(4)
+    # ids of every magnitude up to 2**40: varints of 1 to 6 bytes.
+    ids = [int(rng.integers(0, 2 ** int(bits))) for bits in rng.integers(1, 41, count)]
+    if case == "image":
+        return [
+            ar.Example(
+                {
+                    "image": rng.integers(
+                        0, 256, int(rng.integers(3072, 30721)), np.uint8
+                    ).tobytes(),
+                    "label": int(rng.integers(0, 1000)),
+                }
+            ).SerializeToString()
+            for _ in range(count)
+        ]
+    if case == "bytes":
+        texts = [
+            rng.integers(97, 123, int(size), dtype=np.uint8).tobytes()
+            for size in rng.integers(0, 30, count)
+        ]
+        return RowEncoder(["id", "s"]).encode(list(zip(ids, texts, strict=True)))[0]
+    floats = rng.standard_normal(count).tolist()
+    return RowEncoder(["id", "x"]).encode(list(zip(ids, floats, strict=True)))[0]
+
+
+def bench_parse_varying() -> None:
+    cases: list[tuple[str, str, int, dict[str, ar.FixedLenFeature | ar.VarLenFeature]]] = [
+        (
+            "int64 id + short bytes",
+            "bytes",
+            2048,
+            {"id": ar.FixedLenFeature([], "int64"), "s": ar.FixedLenFeature([], "string")},
+        ),
+        (
+            "int64 id + float",
+            "float",
+            2048,
+            {"id": ar.FixedLenFeature([], "int64"), "x": ar.VarLenFeature("float")},
+        ),
+        (
+            "3-30 KiB image + int64 label",
+            "image",
+            512,
+            {"image": ar.FixedLenFeature([], "string"), "label": ar.FixedLenFeature([], "int64")},
+        ),
+    ]
+    for title, case, count, spec in cases:
+        records = varying_examples(case, count)
+        batch = tfrecord_like_batch(records, b"train-0.tfrecord")
+
+        def per_example(records: list[bytes] = records, spec: Any = spec) -> Any:
+            with (
+                mock.patch.object(example_layout, "LAYOUT_MIN_BATCH", 10**9),
+                mock.patch.object(example_lockstep, "LOCKSTEP_MIN_BATCH", 10**9),
+            ):
+                return ar.parse_example(records, spec)
+
+        table(
+            f"parse_example: {count} Examples of varying length ({title})",
+            "examples",
+            count,
+            [
+                ("per-example wire parser (reference)", per_example),
+                ("ar.parse_example, list", functools.partial(ar.parse_example, records, spec)),
+                ("ar.parse_example, RecordBatch", functools.partial(ar.parse_example, batch, spec)),
+            ],
+        )
+
+
 def main() -> None:
     bench_decode_raw()
     bench_decode_csv()
     bench_parse_example()
     bench_parse_record_batch()
+    bench_parse_varying()
 
 
 if __name__ == "__main__":

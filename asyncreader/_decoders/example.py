@@ -12,7 +12,9 @@ The parser is a hand-written wire-format parser (see :mod:`.wire`), chosen over 
 features that were asked for, and it builds each output for the whole batch
 (:mod:`.example_columns`) instead of converting repeated fields example by example. A
 batch whose examples share one byte layout skips even the per-example parse
-(:mod:`.example_layout`).
+(:mod:`.example_layout`); so does a batch whose examples share their structure (features,
+keys, kinds and order) but not their lengths, walked in lockstep with numpy
+(:mod:`.example_lockstep`).
 """
 
 from __future__ import annotations
@@ -162,6 +164,13 @@ def parse_example(
     ``[example, position]`` and whose ``dense_shape`` is ``[batch_size, longest list]``.
     Every output is built for the whole batch at once. A single bytes value is parsed as by
     :func:`parse_single_example`.
+
+    Examples are not parsed one by one when the batch allows: a batch whose examples all
+    have the same length and byte layout is read as one matrix, and a batch of examples
+    that share their structure (the same features, keys, kinds and order, as one writer
+    produces them) but differ in length, from about 40 examples on, is walked in lockstep
+    with numpy. An example that departs from its batch is parsed by itself, with the same
+    results and errors.
 
     Args:
         serialized: A list / tuple / 1-D array of serialized Examples, or a
