@@ -28,7 +28,7 @@ LOCKSTEP_PER_FEATURE = 4
 
 #: Average value bytes per example above which values are copied row by row (a ``memcpy``
 #: each) rather than gathered byte by byte with one index array.
-_GATHER_MAX_BYTES: Final = 256
+_GATHER_MAX_BYTES: Final = 64
 
 _TAGS: Final = (0x0A, 0x12, 0x1A)
 _TEN: Final = np.arange(10, dtype=np.int64)
