@@ -101,11 +101,10 @@ class _Walk:
     examples' results are used.
     """
 
-    __slots__ = ("data", "last", "ok")
+    __slots__ = ("data", "ok")
 
     def __init__(self, data: _U8, ok: np.ndarray) -> None:
         self.data = data
-        self.last = max(data.size - 1, 0)
         self.ok = ok
 
     def byte(self, pos: _I64) -> np.ndarray:
