@@ -10,7 +10,7 @@ from unittest import mock
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import asyncreader as ar
@@ -368,3 +368,65 @@ def test_property_lockstep_equals_per_example(seed: int, count: int, odd: dict[i
     records = batch_of(count, seed, odd)
     check(records, VARYING)
     check(records, STRICT)
+
+
+_DTYPES = {"bytes_list": "string", "float_list": "float", "int64_list": "int64"}
+_VALUES = {
+    "bytes_list": st.binary(max_size=300),
+    "float_list": st.floats(width=32, allow_nan=True, allow_infinity=True),
+    "int64_list": st.integers(min_value=-(2**63), max_value=2**63 - 1),
+}
+
+
+@st.composite
+def shared_structure_batches(draw: st.DrawFn) -> tuple[list[bytes], Spec]:
+    """Examples of one random set of features (a few missing or empty), and a random spec
+    over them: right and wrong dtypes, fixed lengths that do or do not fit, defaults."""
+    schema = draw(
+        st.dictionaries(st.text(max_size=4), st.sampled_from(list(_DTYPES)), min_size=1, max_size=4)
+    )
+    records = []
+    for _ in range(draw(st.integers(1, 12))):
+        features = {}
+        for key, kind in schema.items():
+            shape = draw(st.integers(0, 19))
+            if shape == 0:
+                continue  # missing
+            if shape == 1:
+                features[key] = ar.Feature()  # a Feature of no kind
+                continue
+            values: Any = draw(st.lists(_VALUES[kind], max_size=3 if shape < 17 else 40))
+            features[key] = ar.Feature(**{kind: values})
+        records.append(ar.Example(features).SerializeToString())
+    spec: Spec = {}
+    for key, kind in [*schema.items(), ("absent", "int64_list")]:
+        dtype = _DTYPES[draw(st.sampled_from([kind, kind, kind, *_DTYPES]))]
+        choice = draw(st.integers(0, 3))
+        if choice == 0:
+            spec[key] = ar.VarLenFeature(dtype)
+        elif choice == 1:
+            spec[key] = ar.FixedLenFeature([], dtype)
+        else:
+            size = draw(st.integers(1, 2))
+            default = None
+            if choice == 3:
+                default = [b"d"] * size if dtype == "string" else [1] * size
+            spec[key] = ar.FixedLenFeature([size], dtype, default_value=default)
+    return records, spec
+
+
+def lockstep_equals_per_example(batch: tuple[list[bytes], Spec]) -> None:
+    records, spec = batch
+    check(records, spec)
+
+
+_PROPERTY = {"batch": shared_structure_batches()}
+_HEALTH = [HealthCheck.too_slow, HealthCheck.data_too_large]
+test_shared_structure_property = settings(
+    max_examples=150, deadline=None, suppress_health_check=_HEALTH
+)(given(**_PROPERTY)(lockstep_equals_per_example))
+test_shared_structure_property_stress = pytest.mark.stress(
+    settings(max_examples=10_000, deadline=None, suppress_health_check=_HEALTH)(
+        given(**_PROPERTY)(lockstep_equals_per_example)
+    )
+)
