@@ -73,7 +73,8 @@ def test_common_batches_take_the_fast_path() -> None:
         ar.decode_csv(["1,2.5,x", "3,4.5,y"], [[0], [0.0], [""]])
         ar.decode_csv(["1,2,3,4", "5,6,7,8"], [[0], [0]], select_cols=[1, 3])
         ar.decode_csv(['"a",1', "b,2"], [[""], [0]])
-    assert taken == [True, True, False]
+        ar.decode_csv(['"a\nb",1', "b,2"], [[""], [0]])  # a LF inside a record
+    assert taken == [True, True, True, False]
 
 
 def test_output_shapes_follow_records() -> None:

@@ -140,8 +140,8 @@ def arrow_calls() -> Iterator[list[bool]]:
     taken: list[bool] = []
     real = csv_module._arrow_path
 
-    def spy(*args: Any) -> Any:
-        result = real(*args)
+    def spy(*args: Any, **kwargs: Any) -> Any:
+        result = real(*args, **kwargs)
         taken.append(result is not None)
         return result
 

@@ -312,3 +312,81 @@ test_csv_valid_columns, test_csv_valid_columns_stress = both(
         )
     },
 )
+
+
+QUOTED_ALPHABET = '0123456789.e- ,;"\r\nNAx'
+csv_fields = st.tuples(
+    st.one_of(st.integers(-99, 99).map(str), st.text(QUOTED_ALPHABET, max_size=6)),
+    st.booleans(),
+)
+
+
+@st.composite
+def csv_quoted_batches(draw: st.DrawFn) -> tuple[list[str], list[list[tuple[str, bool]]], bool]:
+    """Column kinds, rows of as many fields (twice as many with select_cols), select_cols."""
+    kinds = draw(
+        st.lists(st.sampled_from(["int32", "int64", "double", "string"]), min_size=1, max_size=3)
+    )
+    select = draw(st.booleans())
+    width = 2 * len(kinds) if select else len(kinds)
+    rows = draw(
+        st.lists(st.lists(csv_fields, min_size=width, max_size=width), min_size=1, max_size=6)
+    )
+    return kinds, rows, select
+
+
+def csv_quoted_paths_agree(
+    batch_spec: tuple[list[str], list[list[tuple[str, bool]]], bool],
+    delim: str,
+    na: str,
+    batch: bool,
+) -> None:
+    """Fields quoted or not (quoted: ``"`` doubled), with quotes, delimiters, CR and LF in
+    the text: the normal dispatch and the exact path give the same columns or error."""
+    kinds, rows, select = batch_spec
+    defaults: list[Any] = [
+        {"int32": [0], "int64": np.array([], np.int64), "double": [np.float64(1.5)]}.get(
+            kind, [b"d"]
+        )
+        for kind in kinds
+    ]
+    records = [
+        delim.join('"' + text.replace('"', '""') + '"' if quoted else text for text, quoted in row)
+        for row in rows
+    ]
+    options: dict[str, Any] = {"field_delim": delim, "na_value": na}
+    if select:
+        options["select_cols"] = list(range(0, 2 * len(kinds), 2))
+    outcomes: list[Any] = []
+    for fast in (True, False):
+        patch = (
+            nullcontext()
+            if fast
+            else mock.patch.object(csv_module, "_fast_path", return_value=None)
+        )
+        source: object = records
+        if batch:
+            encoded = [record.encode() for record in records]
+            keys = [f"p.csv:{i}".encode() for i in range(len(encoded))]
+            source = ar.RecordBatch.from_records(keys, encoded, work=b"p.csv")
+        with patch:
+            try:
+                columns = ar.decode_csv(source, defaults, **options)
+            except ar.InvalidArgumentError as exc:
+                outcomes.append((str(exc), exc.record))
+                continue
+        outcomes.append(
+            [(c.dtype, c.tolist() if c.dtype == object else c.tobytes()) for c in columns]
+        )
+    assert outcomes[0] == outcomes[1]
+
+
+test_csv_quoted_paths_agree, test_csv_quoted_paths_agree_stress = both(
+    csv_quoted_paths_agree,
+    {
+        "batch_spec": csv_quoted_batches(),
+        "delim": st.sampled_from([",", ";"]),
+        "na": st.sampled_from(["", "NA"]),
+        "batch": st.booleans(),
+    },
+)
