@@ -6,7 +6,8 @@ ratio against the first row's reference, measured in the same run:
 * decode_raw on 1024 CIFAR-10-sized records (3073 bytes) against a per-record
   ``np.frombuffer`` loop, plus the ways of checking that all records have the same length;
 * decode_csv on 20,000 lines against the ``csv`` module plus numpy, and against its own
-  exact (per-field) path;
+  exact (per-field) path, also with a quoted string column (fields holding the delimiter
+  and ``""``), with and without pyarrow;
 * parse_example on 1024 Examples (a 3072-byte image, an int64 label, 128 floats) against the
   per-example path, the ``protobuf`` package (upb) and TensorFlow when they are installed;
 * parse_example on 1024 Examples (a 3072-float image, an int64 label) given as a list of
@@ -22,7 +23,9 @@ from __future__ import annotations
 import csv
 import functools
 import io
+import sys
 import time
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 from unittest import mock
 
@@ -35,7 +38,7 @@ from asyncreader._readers.row_example import RowEncoder
 from asyncreader._records.batch import KeyRun, RecordBatch, Segment, assemble
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Iterator
 
 
 def best_of(fn: Callable[[], Any], repeat: int = 7) -> float:
@@ -140,6 +143,67 @@ def bench_decode_csv() -> None:
             ("csv module + numpy", with_csv_module),
             ("ar.decode_csv (str records)", lambda: ar.decode_csv(lines, defaults)),
             ("ar.decode_csv (bytes records)", lambda: ar.decode_csv(encoded, defaults)),
+            ("ar.decode_csv exact path only", exact),
+        ],
+    )
+
+
+@contextmanager
+def without_pyarrow() -> Iterator[None]:
+    """decode_csv as it runs when pyarrow is not installed."""
+    csv_module._arrow_modules.cache_clear()
+    csv_module._arrow_plan.cache_clear()
+    try:
+        with mock.patch.dict(sys.modules, dict.fromkeys(("pyarrow", "pyarrow.csv"))):
+            yield
+    finally:
+        csv_module._arrow_modules.cache_clear()
+        csv_module._arrow_plan.cache_clear()
+
+
+def bench_decode_csv_quoted() -> None:
+    rng = np.random.default_rng(3)
+    lines = [
+        f'{i},"text {i % 97}, with comma",{x:.6f},{y:.3e}'
+        for i, x, y in zip(
+            range(20_000), rng.standard_normal(20_000), rng.random(20_000), strict=True
+        )
+    ]
+    for i in range(0, len(lines), 7):
+        lines[i] = lines[i].replace("text", 'a ""quoted"" text')  # every 7th has a "" escape
+    defaults: list[object] = [[0], [""], [0.0], [np.float64(0)]]
+
+    def with_csv_module() -> list[np.ndarray]:
+        rows = list(csv.reader(io.StringIO("\n".join(lines))))
+        columns = list(zip(*rows, strict=True))
+        return [
+            np.array(columns[0], dtype=np.int32),
+            np.array([value.encode() for value in columns[1]], dtype=object),
+            np.array(columns[2], dtype=np.float32),
+            np.array(columns[3], dtype=np.float64),
+        ]
+
+    def exact() -> list[np.ndarray]:
+        with mock.patch.object(csv_module, "_fast_path", return_value=None):
+            return ar.decode_csv(lines, defaults)
+
+    def no_arrow() -> list[np.ndarray]:
+        with without_pyarrow():
+            return ar.decode_csv(encoded, defaults)
+
+    encoded = [line.encode() for line in lines]
+    keys = [f"q.csv:{i}".encode() for i in range(len(encoded))]
+    batch = RecordBatch.from_records(keys, encoded, work=b"q.csv")
+    table(
+        'decode_csv: 20,000 lines, int32 / "quoted, string" / float32 / float64',
+        "lines",
+        len(lines),
+        [
+            ("csv module + numpy", with_csv_module),
+            ("ar.decode_csv (str records)", lambda: ar.decode_csv(lines, defaults)),
+            ("ar.decode_csv (bytes records)", lambda: ar.decode_csv(encoded, defaults)),
+            ("ar.decode_csv (RecordBatch)", lambda: ar.decode_csv(batch, defaults)),
+            ("ar.decode_csv (bytes), without pyarrow", no_arrow),
             ("ar.decode_csv exact path only", exact),
         ],
     )
@@ -416,6 +480,7 @@ def bench_parse_varying() -> None:
 def main() -> None:
     bench_decode_raw()
     bench_decode_csv()
+    bench_decode_csv_quoted()
     bench_parse_example()
     bench_parse_record_batch()
     bench_parse_varying()
