@@ -203,10 +203,11 @@ class PostgresReader(TableReader):
     progress: the next read connects again and goes on after the last key delivered.
 
     When every column read is an integer, boolean, ``real``, ``double precision``,
-    ``text``, ``varchar`` or ``bytea``, each chunk comes packed in one reply row (the
-    chunk's rows aggregated column by column in binary): no object per row on either
-    side, the same record bytes; a packed reply that does not add up raises
-    :class:`~asyncreader.DataLossError` naming the table and the key it follows. Columns
+    ``text``, ``varchar`` or ``bytea``, each chunk comes packed in one reply row (each
+    row's numbers joined in binary, then aggregated; text and blobs aggregated per
+    column): no object per row on either side, the same record bytes; a packed reply
+    that does not add up raises :class:`~asyncreader.DataLossError` naming the table and
+    the key it follows. Columns
     of other types, or a server that refuses the packed query, make the work item fetch
     rows as asyncpg returns them.
 

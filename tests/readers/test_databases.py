@@ -980,7 +980,7 @@ async def test_postgres_malformed_packed_reply_is_data_loss_naming_table_and_key
         if "string_agg" not in sql or params[:-1] != [9]:
             return rows
         reply = list(rows[0])
-        reply[1] = reply[1][:-1]  # the keys of the chunk after key 9 one byte short
+        reply[1] = reply[1][:-1]  # the packed rows of the chunk after key 9 one byte short
         return [reply]
 
     async with ar.PostgresReader(pg_table, fetch_rows=10) as reader:
@@ -989,7 +989,7 @@ async def test_postgres_malformed_packed_reply_is_data_loss_naming_table_and_key
         keys, _ = await reader.read_up_to(queue, 10)
         assert keys[-1] == b"t:9"
         with pytest.raises(
-            ar.DataLossError, match=r"table 't': malformed reply for the rows after key 9: keys"
+            ar.DataLossError, match=r"table 't': malformed reply for the rows after key 9: rows"
         ):
             await reader.read_up_to(queue, 10)
         monkeypatch.setattr(postgres, "_fetch", real)
