@@ -110,6 +110,36 @@ def test_negative_int64_are_ten_byte_varints() -> None:
     )
 
 
+@pytest.mark.parametrize("multi_byte", [0.0, 0.01, 0.2, 0.5, 1.0])
+@pytest.mark.parametrize("count", [1, 2, 7, 2048])
+def test_varint_streams_decode_whatever_the_mix_of_lengths(multi_byte: float, count: int) -> None:
+    # decode_varints takes one way when few varints are longer than a byte, another when
+    # many are: both must give every value, from 1 to 10 bytes.
+    rng = np.random.default_rng(count + int(multi_byte * 100))
+    values = rng.integers(0, 128, count, dtype=np.int64)
+    wide = rng.random(count) < multi_byte
+    bits = rng.integers(7, 64, count)
+    values[wide] = rng.integers(0, 2**62, int(wide.sum()), dtype=np.int64) >> (63 - bits[wide])
+    values[wide & (rng.random(count) < 0.2)] *= -1  # 10-byte varints
+    stream = b"".join(wire.encode_varint(int(v)) for v in values)
+    assert wire.decode_varints(stream).tolist() == values.tolist()
+    assert wire.decode_varints(np.frombuffer(stream, np.uint8)).tolist() == values.tolist()
+
+
+@pytest.mark.parametrize(
+    ("stream", "message"),
+    [
+        (b"\x01\x80", "truncated varint"),
+        (b"\x80", "truncated varint"),
+        (b"\x01" + b"\xff" * 10 + b"\x01", "longer than 10 bytes"),
+        (b"\x01" * 50 + b"\x80" * 10 + b"\x00", "longer than 10 bytes"),
+    ],
+)
+def test_bad_varint_streams_raise(stream: bytes, message: str) -> None:
+    with pytest.raises(wire.WireError, match=message):
+        wire.decode_varints(stream)
+
+
 def test_decoder_accepts_unpacked_mixed_and_unknown_fields() -> None:
     floats = b"\x0d" + np.float32(1.5).tobytes() + b"\x0a\x04" + np.float32(2.5).tobytes()
     feature = b"\x12" + bytes([len(floats)]) + floats + b"\x20\x01"
