@@ -351,7 +351,11 @@ class PostgresReader(TableReader):
         shard = self._shard
         if self._packed is not None and shard is not None:
             clause, used = self._where(after is not None)
-            sql = packed_sql(self._packed, shard.table, shard.key, clause, f"${used + 1}")
+            conn = self._conn
+            utf8 = conn is not None and conn.get_settings().server_encoding == "UTF8"
+            sql = packed_sql(
+                self._packed, shard.table, shard.key, clause, f"${used + 1}", utf8_server=utf8
+            )
         return sql, params
 
     async def _read_ahead(self, limit: int, after: int) -> None:

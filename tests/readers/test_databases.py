@@ -928,6 +928,51 @@ async def test_postgres_packed_chunks_give_the_bytes_of_the_row_path(
 
 
 @pytest.mark.network
+@pytest.mark.parametrize("encoding", ["UTF8", "LATIN1"])
+async def test_postgres_packed_text_is_utf8_whatever_the_servers_encoding(
+    postgres_url: str, encoding: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A UTF-8 database aggregates text as it is; another converts each value first. Both
+    # give the row path's bytes.
+    name = f"enc_{encoding.lower()}"
+    await pg(
+        postgres_url,
+        f"DROP DATABASE IF EXISTS {name}",
+        f"CREATE DATABASE {name} ENCODING '{encoding}' LC_COLLATE 'C' LC_CTYPE 'C' "
+        "TEMPLATE template0",
+    )
+    url = postgres_url.rsplit("/", 1)[0] + f"/{name}"
+    texts = ["", "hé", "ü" * 20, "Ä x", None, "plain"]
+    await pg(url, "CREATE TABLE p (id bigint PRIMARY KEY, t text, v varchar(30), n bigint)")
+    await pg(
+        url,
+        "INSERT INTO p VALUES ($1, $2, $3, $4)",
+        args=[(k, texts[k % 6], texts[(k + 1) % 6], k * 3) for k in range(100)],
+    )
+    from asyncreader._readers import postgres
+
+    real = postgres._fetch
+    queries: list[str] = []
+
+    async def spy(conn: Any, db: str, table: str, sql: str, params: Any) -> Any:
+        queries.append(sql)
+        return await real(conn, db, table, sql, params)
+
+    monkeypatch.setattr(postgres, "_fetch", spy)
+    work = await ar.table_shards(url, "p", key="id", shards=2)
+    packed = await read_records(url, work, [7, 40], 16)
+    packs = [q for q in queries if "string_agg" in q]
+    assert packs
+    assert all(("convert_to" in q) == (encoding != "UTF8") for q in packs)
+    monkeypatch.setattr(postgres, "packed_plan", lambda *args: None)
+    rows = await read_records(url, work, [7, 40], 16)
+    assert packed == rows
+    assert ar.parse_example(packed[1], {"t": ar.FixedLenFeature([], "string", b"-")})[
+        "t"
+    ].tolist() == [b"-" if t is None else t.encode() for t in (texts[k % 6] for k in range(100))]
+
+
+@pytest.mark.network
 async def test_postgres_types_without_packed_form_take_the_row_path(pg_table: str) -> None:
     await pg(
         pg_table,

@@ -110,6 +110,25 @@ def test_the_query_orders_by_the_tables_key_whatever_the_column_names() -> None:
     assert '"c""0" AS c1' in sql
 
 
+def test_text_from_a_utf8_server_comes_as_str() -> None:
+    # Aggregated as it is (no convert_to), text comes back as one str: the same bytes.
+    as_text = reply([4, 5, 6, 7], s="é" * 4)
+    assert unpack(as_text, PLAN, 10, None, None, 3)[1][3].tolist() == [
+        b"",
+        b"\xc3\xa9",
+        None,
+        b"\xc3\xa9" * 3,
+    ]
+    sql = packed_sql(PLAN, "t", "k", "", "$1", utf8_server=True)
+    assert "convert_to" not in sql
+    assert "string_agg(c3, '')" in sql
+    assert "convert_to(\"s\", 'UTF8') AS c3" in packed_sql(PLAN, "t", "k", "", "$1")
+    blob = [PackedColumn("y", "bytes", nullable=True)]
+    blob_reply = [1, np.array([(4, 1)], dtype=[("k", ">i8"), ("l0", ">i4")]).tobytes(), "x"]
+    with pytest.raises(Malformed, match="column 'y': str, not bytes"):
+        unpack(blob_reply, blob, 10, None, None, None)
+
+
 def test_a_rows_numbers_are_joined_before_one_aggregate() -> None:
     # One aggregate transition a row for the fixed-width part, one per blob column.
     sql = packed_sql(PLAN, "t", "k", "", "$1")
