@@ -4,21 +4,17 @@ random batches built to hit every rule, and the exact path alone without pyarrow
 from __future__ import annotations
 
 import random
-import sys
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from unittest import mock
 
 import numpy as np
 import pytest
+from csv_util import exact_path_only, outcome, spy_on, without_pyarrow
 
 import asyncreader as ar
 from asyncreader._decoders import csv as csv_module
 from asyncreader._records.batch import KeyRun, RecordBatch, Segment, assemble
-
-if TYPE_CHECKING:
-    from collections.abc import Iterator
 
 pytest.importorskip("pyarrow")
 
@@ -117,58 +113,13 @@ def random_batch(rng: random.Random) -> tuple[list[str], list[Any], dict[str, An
     return lines, defaults, options
 
 
-def outcome(records: object, defaults: list[Any], **options: Any) -> object:
-    """Columns as (dtype, bytes) so signed zeros and NaN payloads count, or the error."""
-    try:
-        columns = ar.decode_csv(records, defaults, **options)
-    except ar.InvalidArgumentError as exc:
-        return ("error", str(exc), exc.record)
-    return [
-        (c.dtype.str, c.shape, c.tolist() if c.dtype == object else c.tobytes()) for c in columns
-    ]
-
-
-@contextmanager
-def exact_path_only() -> Iterator[None]:
-    with mock.patch.object(csv_module, "_fast_path", return_value=None):
-        yield
-
-
-@contextmanager
-def arrow_calls() -> Iterator[list[bool]]:
-    """Record whether each call of the Arrow route produced the columns."""
-    taken: list[bool] = []
-    real = csv_module._arrow_path
-
-    def spy(*args: Any, **kwargs: Any) -> Any:
-        result = real(*args, **kwargs)
-        taken.append(result is not None)
-        return result
-
-    with mock.patch.object(csv_module, "_arrow_path", spy):
-        yield taken
-
-
-@contextmanager
-def without_pyarrow() -> Iterator[None]:
-    csv_module._arrow_modules.cache_clear()
-    csv_module._arrow_plan.cache_clear()
-    hidden = dict.fromkeys(("pyarrow", "pyarrow.csv"))
-    try:
-        with mock.patch.dict(sys.modules, hidden):
-            yield
-    finally:
-        csv_module._arrow_modules.cache_clear()
-        csv_module._arrow_plan.cache_clear()
-
-
 def test_random_batches_match_the_exact_path() -> None:
     rng = random.Random(19)
     taken_total: list[bool] = []
     errors = 0
     for _ in range(600):
         lines, defaults, options = random_batch(rng)
-        with arrow_calls() as taken:
+        with spy_on("_arrow_path") as taken:
             fast = outcome(lines, defaults, **options)
         with exact_path_only():
             exact = outcome(lines, defaults, **options)
@@ -218,7 +169,7 @@ def test_arrow_reads_the_text_from_a_buffer_it_owns() -> None:
 def test_clean_numeric_batches_take_the_arrow_route() -> None:
     lines = ["1,2.5,-3e2,9", "4,,0.1,-2147483648", "7,8.,1.00000005960464477550,0"]
     defaults = [[0], [0.0], [0.0], np.array([], np.int64)]
-    with arrow_calls() as taken:
+    with spy_on("_arrow_path") as taken:
         columns = ar.decode_csv(lines, defaults)
     assert taken == [True]
     assert columns[0].tolist() == [1, 4, 7]
@@ -228,7 +179,7 @@ def test_clean_numeric_batches_take_the_arrow_route() -> None:
     assert columns[3].dtype == np.int64
     assert all(column.flags.writeable for column in columns)
     batch = lines_block([line.encode() for line in lines])
-    with arrow_calls() as taken:
+    with spy_on("_arrow_path") as taken:
         from_block = ar.decode_csv(batch, defaults)
     assert taken == [True]
     for a, b in zip(columns, from_block, strict=True):
@@ -236,7 +187,7 @@ def test_clean_numeric_batches_take_the_arrow_route() -> None:
 
 
 def test_text_outside_the_arrow_alphabet_goes_on_to_the_other_paths() -> None:
-    with arrow_calls() as taken:
+    with spy_on("_arrow_path") as taken:
         out = ar.decode_csv(["0x10,1", "inf,2"], [[0.0], [0]])
         with pytest.raises(ar.InvalidArgumentError, match="Field 0 in record 1 is not a valid"):
             ar.decode_csv(["1,1", "0x10,2"], [[0], [0]])  # Arrow would read hex ints
@@ -251,7 +202,7 @@ def test_text_outside_the_arrow_alphabet_goes_on_to_the_other_paths() -> None:
 def test_string_columns_take_the_arrow_route_with_numbers_checked_per_column() -> None:
     lines = ["a,1,", "é,,2.5", "inf,3,"]
     defaults: list[Any] = [[b""], [0], [np.float64(-1)]]
-    with arrow_calls() as taken:
+    with spy_on("_arrow_path") as taken:
         columns = ar.decode_csv(lines, defaults)
     assert taken == [True]
     assert columns[0].dtype == object
@@ -268,7 +219,7 @@ def test_arrow_refusals_raise_the_exact_paths_errors() -> None:
         (["1,2", "3,1e"], [[0], [0.0]], "Field 1 in record 1 is not a valid float: 1e"),
     ]
     for lines, defaults, message in cases:
-        with arrow_calls() as taken, pytest.raises(ar.InvalidArgumentError) as info:
+        with spy_on("_arrow_path") as taken, pytest.raises(ar.InvalidArgumentError) as info:
             ar.decode_csv(lines, defaults)
         assert str(info.value).startswith(message)
         assert info.value.record == 1
@@ -282,7 +233,7 @@ def test_without_pyarrow_the_exact_rules_decode_alone() -> None:
     rng = random.Random(7)
     batches = [random_batch(rng) for _ in range(150)]
     with_arrow = [outcome(lines, defaults, **options) for lines, defaults, options in batches]
-    with without_pyarrow(), arrow_calls() as taken:
+    with without_pyarrow(), spy_on("_arrow_path") as taken:
         assert csv_module._arrow_modules() is None
         without = [outcome(lines, defaults, **options) for lines, defaults, options in batches]
         columns = ar.decode_csv(["1,2.5", "3,4.5"], [[0], [0.0]])
@@ -299,7 +250,7 @@ def test_batches_larger_than_arrows_block_match_the_exact_path() -> None:
     assert sum(map(len, lines)) > 1 << 20
     lines[29_000] = "1,,2"
     defaults: list[Any] = [np.int64(0), [9.0], np.float64(0)]
-    with arrow_calls() as taken:
+    with spy_on("_arrow_path") as taken:
         fast = outcome(lines, defaults)
     with exact_path_only():
         exact = outcome(lines, defaults)

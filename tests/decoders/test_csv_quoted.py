@@ -5,20 +5,20 @@ of lines and RecordBatches, raising and skipping."""
 from __future__ import annotations
 
 import random
-import sys
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 from unittest import mock
 
 import numpy as np
 import pytest
+from csv_util import exact_path_only, outcome, spy_on, without_pyarrow
 
 import asyncreader as ar
 from asyncreader._decoders import csv as csv_module
 from asyncreader._records.batch import RecordBatch
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterator
+    from collections.abc import Iterator
 
 DEFAULTS: dict[str, Any] = {
     "int32": [7],
@@ -116,55 +116,9 @@ def random_batch(rng: random.Random) -> tuple[list[str], list[Any], dict[str, An
     return lines, [DEFAULTS[kind] for kind in kinds], options
 
 
-def outcome(records: object, defaults: list[Any], **options: Any) -> object:
-    """Columns as (dtype, shape, bytes) so signed zeros and NaN payloads count, or the
-    error's class, message and record."""
-    try:
-        columns = ar.decode_csv(records, defaults, **options)
-    except ar.AsyncReaderError as exc:
-        return ("error", type(exc).__name__, str(exc), getattr(exc, "record", None))
-    return [
-        (c.dtype.str, c.shape, c.tolist() if c.dtype == object else c.tobytes()) for c in columns
-    ]
-
-
 def as_batch(lines: list[str]) -> RecordBatch:
     keys = [f"q.csv:{i + 1}".encode() for i in range(len(lines))]
     return RecordBatch.from_records(keys, [line.encode() for line in lines], work=b"q.csv")
-
-
-@contextmanager
-def exact_path_only() -> Iterator[None]:
-    with mock.patch.object(csv_module, "_fast_path", return_value=None):
-        yield
-
-
-@contextmanager
-def spy_on(name: str) -> Iterator[list[bool]]:
-    """Record whether each call of ``csv_module.<name>`` produced a result."""
-    taken: list[bool] = []
-    real: Callable[..., Any] = getattr(csv_module, name)
-
-    def spy(*args: Any, **kwargs: Any) -> Any:
-        result = real(*args, **kwargs)
-        taken.append(result is not None)
-        return result
-
-    with mock.patch.object(csv_module, name, spy):
-        yield taken
-
-
-@contextmanager
-def without_pyarrow() -> Iterator[None]:
-    csv_module._arrow_modules.cache_clear()
-    csv_module._arrow_plan.cache_clear()
-    hidden = dict.fromkeys(("pyarrow", "pyarrow.csv"))
-    try:
-        with mock.patch.dict(sys.modules, hidden):
-            yield
-    finally:
-        csv_module._arrow_modules.cache_clear()
-        csv_module._arrow_plan.cache_clear()
 
 
 @contextmanager
