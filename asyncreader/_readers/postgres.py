@@ -328,6 +328,7 @@ class PostgresReader(TableReader):
                 keys, columns = unpack(
                     rows[0] if len(rows) == 1 else (),
                     self._packed,
+                    shard.key,
                     limit,
                     shard.lo,
                     shard.hi,

@@ -15,10 +15,8 @@ PLAN = [
 ]
 
 
-#: A packed row of PLAN: key, the numbers, the NULL byte of "n", the length of "s".
-ROW = np.dtype(
-    [("k", ">i8"), ("v0", ">i8"), ("v1", ">f4"), ("v2", "u1"), ("n0", "u1"), ("l3", ">i4")]
-)
+#: A packed row of PLAN read by a key it does not hold: key, the numbers, the length of "s".
+ROW = np.dtype([("k", ">i8"), ("v0", ">i8"), ("v1", ">f4"), ("v2", "u1"), ("l3", ">i4")])
 
 
 def reply(
@@ -30,8 +28,7 @@ def reply(
     texts = [None if k % 3 == 0 else ("é" * (k % 4)).encode() for k in keys]
     packed = np.zeros(n, dtype=ROW)
     packed["k"] = keys
-    packed["v0"] = [k * 10 for k in keys]
-    packed["n0"] = [k % 2 for k in keys]
+    packed["v0"] = [0 if k % 2 else k * 10 for k in keys]
     packed["v1"] = [k / 2 for k in keys]
     packed["v2"] = [k % 2 for k in keys]
     packed["l3"] = [-1 if t is None else len(t) for t in texts]
@@ -41,13 +38,14 @@ def reply(
         "count": n,
         "rows": packed.tobytes(),
         "s": b"".join(t for t in texts if t is not None),
+        "n nulls": [k for k in keys if k % 2] or None,  # array_agg of no row is NULL
     }
     parts.update(change)
     return list(parts.values())
 
 
 def test_a_reply_unpacks_to_its_columns() -> None:
-    keys, columns = unpack(reply([4, 5, 6, 7]), PLAN, 10, None, None, 3)
+    keys, columns = unpack(reply([4, 5, 6, 7]), PLAN, "k", 10, None, None, 3)
     assert keys == [4, 5, 6, 7]
     assert [c.tolist() for c in columns] == [
         [40, None, 60, None],
@@ -58,15 +56,47 @@ def test_a_reply_unpacks_to_its_columns() -> None:
 
 
 def test_rows_out_of_key_order_are_put_in_order() -> None:
-    keys, columns = unpack(reply([6, 4, 7, 5]), PLAN, 10, None, None, None)
+    keys, columns = unpack(reply([6, 4, 7, 5]), PLAN, "k", 10, None, None, None)
     assert keys == [4, 5, 6, 7]
     assert columns[0].tolist() == [40, None, 60, None]
+    assert columns[2].tolist() == [0, 1, 0, 1]
     assert columns[3].tolist() == [b"", b"\xc3\xa9", None, b"\xc3\xa9" * 3]
 
 
+def test_null_rows_are_named_by_key_in_any_order() -> None:
+    named = reply([4, 5, 9, 6, 7])
+    named[-1] = [9, 5]  # the last part: the keys of the rows where "n" is NULL
+    keys, columns = unpack(named, PLAN, "k", 10, 0, 10, None)
+    assert keys == [4, 5, 6, 7, 9]
+    assert columns[0].tolist() == [40, None, 60, 0, None]
+    named = reply([4, 5, 6, 7])
+    named[-1] = None
+    _, columns = unpack(named, PLAN, "k", 10, 0, 10, None)
+    assert columns[0].null is None
+    assert columns[0].tolist() == [40, 0, 60, 0]
+
+
+def test_a_column_holding_the_key_sends_it_once() -> None:
+    # Reading by "n" (its own column): no separate key in the rows, no NULL list for it.
+    plan = [PackedColumn("s", "bytes", nullable=True), PackedColumn("n", "int", nullable=True)]
+    sql = packed_sql(plan, "t", "n", "", "$1")
+    assert "string_agg(int8send(c1) || int4send(coalesce(octet_length(c0), -1)), '')" in sql
+    assert "FILTER" not in sql
+    assert "AS k" not in sql
+    rows = np.array([(7, 1), (9, -1)], dtype=[("v1", ">i8"), ("l0", ">i4")])
+    keys, columns = unpack([2, rows.tobytes(), b"x"], plan, "n", 10, None, None, None)
+    assert keys == [7, 9]
+    assert [c.tolist() for c in columns] == [[b"x", None], [7, 9]]
+    # Another integer column than the key: the key comes first, NULLs by key.
+    sql = packed_sql(plan, "t", "id", "", "$1")
+    assert '"id"::int8 AS k' in sql
+    assert "string_agg(int8send(k) || int8send(coalesce(c1, 0::int8)) || int4send(" in sql
+    assert "array_agg(k) FILTER (WHERE c1 IS NULL)" in sql
+
+
 def test_no_rows() -> None:
-    empty = [0, None, None]
-    assert unpack(empty, PLAN, 10, None, None, None)[0] == []
+    empty = [0, None, None, None]
+    assert unpack(empty, PLAN, "k", 10, None, None, None)[0] == []
 
 
 @pytest.mark.parametrize(
@@ -75,10 +105,19 @@ def test_no_rows() -> None:
         ({"count": 11}, "row count of 11"),
         ({"count": -1}, "row count of -1"),
         ({"count": "4"}, "row count of '4'"),
-        ({"rows": b"\x00" * 103}, "rows: 103 bytes for 4 rows of 26"),
+        ({"rows": b"\x00" * 103}, "rows: 103 bytes for 4 rows of 25"),
         ({"rows": None}, "rows: 0 bytes for 4 rows"),
         ({"rows": 1.5}, "rows: float, not bytes"),
-        ({"values": {"n0": [0, 2, 0, 0]}}, "NULLs: a byte other than 0 or 1"),
+        ({"n nulls": [5, 8]}, "'n' NULLs: a key not in the chunk"),
+        ({"n nulls": [3]}, "'n' NULLs: a key not in the chunk"),
+        ({"n nulls": [5, 5]}, "'n' NULLs: a key twice"),
+        ({"n nulls": [5, None]}, "'n' NULLs: not a list of keys"),
+        ({"n nulls": [5.0]}, "'n' NULLs: not a list of keys"),
+        ({"n nulls": [True]}, "'n' NULLs: not a list of keys"),
+        ({"n nulls": [2**63]}, "'n' NULLs: not a list of keys"),
+        ({"n nulls": [[5], [6, 7]]}, "'n' NULLs: not a list of keys"),
+        ({"n nulls": [[5]]}, "'n' NULLs: not a list of keys"),
+        ({"n nulls": b"\x05"}, "'n' NULLs: not a list of keys"),
         ({"values": {"v2": [0, 1, 7, 0]}}, "boolean byte other than 0 or 1"),
         ({"s": 1.5}, "column 's': float, not bytes"),
         ({"s": b"x"}, "lengths adding up to"),
@@ -91,7 +130,7 @@ def test_no_rows() -> None:
 )
 def test_a_reply_that_does_not_add_up_is_malformed(change: dict[str, object], message: str) -> None:
     with pytest.raises(Malformed, match=message):
-        unpack(reply([4, 5, 6, 7], **change), PLAN, 10, None, None, 3)  # type: ignore[arg-type]
+        unpack(reply([4, 5, 6, 7], **change), PLAN, "k", 10, None, None, 3)  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize(("lo", "hi", "after"), [(5, None, None), (None, 7, None), (0, 8, 4)])
@@ -99,8 +138,8 @@ def test_keys_outside_the_shard_are_malformed(
     lo: int | None, hi: int | None, after: int | None
 ) -> None:
     with pytest.raises(Malformed, match="outside"):
-        unpack(reply([4, 5, 6, 7]), PLAN, 10, lo, hi, after)
-    assert unpack(reply([5, 6]), PLAN, 10, lo, hi, after)[0] == [5, 6]
+        unpack(reply([4, 5, 6, 7]), PLAN, "k", 10, lo, hi, after)
+    assert unpack(reply([5, 6]), PLAN, "k", 10, lo, hi, after)[0] == [5, 6]
 
 
 def test_the_query_orders_by_the_tables_key_whatever_the_column_names() -> None:
@@ -113,7 +152,7 @@ def test_the_query_orders_by_the_tables_key_whatever_the_column_names() -> None:
 def test_text_from_a_utf8_server_comes_as_str() -> None:
     # Aggregated as it is (no convert_to), text comes back as one str: the same bytes.
     as_text = reply([4, 5, 6, 7], s="é" * 4)
-    assert unpack(as_text, PLAN, 10, None, None, 3)[1][3].tolist() == [
+    assert unpack(as_text, PLAN, "k", 10, None, None, 3)[1][3].tolist() == [
         b"",
         b"\xc3\xa9",
         None,
@@ -126,16 +165,18 @@ def test_text_from_a_utf8_server_comes_as_str() -> None:
     blob = [PackedColumn("y", "bytes", nullable=True)]
     blob_reply = [1, np.array([(4, 1)], dtype=[("k", ">i8"), ("l0", ">i4")]).tobytes(), "x"]
     with pytest.raises(Malformed, match="column 'y': str, not bytes"):
-        unpack(blob_reply, blob, 10, None, None, None)
+        unpack(blob_reply, blob, "k", 10, None, None, None)
 
 
 def test_a_rows_numbers_are_joined_before_one_aggregate() -> None:
-    # One aggregate transition a row for the fixed-width part, one per blob column.
+    # One aggregate transition a row for the fixed-width part, one per blob column, and
+    # one per NULL of a number column.
     sql = packed_sql(PLAN, "t", "k", "", "$1")
     assert sql.count("string_agg(") == 2
     assert (
         "string_agg(int8send(k) || int8send(coalesce(c0, 0::int8)) || float4send(coalesce(c1, "
-        "0::real)) || boolsend(coalesce(c2, false)) || boolsend(c0 IS NULL) || "
-        "int4send(coalesce(octet_length(c3), -1)), '')" in sql
+        "0::real)) || boolsend(coalesce(c2, false)) || "
+        "int4send(coalesce(octet_length(c3), -1)), ''), string_agg(c3, ''), "
+        "array_agg(k) FILTER (WHERE c0 IS NULL) FROM" in sql
     )
-    assert ROW.itemsize == 26
+    assert ROW.itemsize == 25
