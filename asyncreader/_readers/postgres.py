@@ -205,7 +205,8 @@ class PostgresReader(TableReader):
     When every column read is an integer, boolean, ``real``, ``double precision``,
     ``text``, ``varchar`` or ``bytea``, each chunk comes packed in one reply row (each
     row's numbers joined in binary, then aggregated; text and blobs aggregated per
-    column): no object per row on either side, the same record bytes; a packed reply
+    column): no object per row on either side, and records that parse to the same
+    Examples (see :doc:`the reference </reference/readers>` for their forms); a packed reply
     that does not add up raises :class:`~asyncreader.DataLossError` naming the table and
     the key it follows. Columns
     of other types, or a server that refuses the packed query, make the work item fetch

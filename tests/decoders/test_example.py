@@ -126,6 +126,44 @@ def test_varint_streams_decode_whatever_the_mix_of_lengths(multi_byte: float, co
     assert wire.decode_varints(np.frombuffer(stream, np.uint8)).tolist() == values.tolist()
 
 
+def _padded_varint(value: int, width: int) -> bytes:
+    """``value``'s varint padded to ``width`` bytes (continuation bits on all but the last),
+    as the database readers lay integers out: not the shortest, the same number."""
+    unsigned = value % 2**64
+    groups = [(unsigned >> (7 * i)) & 0x7F for i in range(width)]
+    assert unsigned >> (7 * width) == 0
+    return bytes([g | 0x80 for g in groups[:-1]] + [groups[-1]])
+
+
+@pytest.mark.parametrize("widths", ["one", "varying"])
+def test_padded_varints_parse_as_their_values(widths: str) -> None:
+    # A batch of one layout (every int of one width) or of many (lockstep), and each
+    # example alone: padded varints parse to their values on every path.
+    rng = np.random.default_rng(len(widths))
+    values = [0, 1, 127, 128, 300, 2**31, 2**62, -1, -(2**63)] * 8
+    records = []
+    for i, value in enumerate(values):
+        least = len(wire.encode_varint(value))
+        width = 10 if widths == "one" else int(rng.integers(least, 11))
+        packed = _padded_varint(value, width)
+        feature = b"\x1a" + bytes([len(packed) + 2, 0x0A, len(packed)]) + packed
+        entry = b"\x0a\x01n\x12" + bytes([len(feature)]) + feature
+        label = ar.Example(features={"i": i}).SerializeToString()[2:]
+        body = b"\x0a" + bytes([len(entry)]) + entry + label
+        records.append(b"\x0a" + bytes([len(body)]) + body)
+    spec = {"n": ar.FixedLenFeature([], "int64"), "i": ar.FixedLenFeature([], "int64")}
+    parsed = ar.parse_example(records, spec)
+    assert parsed["n"].tolist() == values
+    assert parsed["i"].tolist() == list(range(len(values)))
+    batch = ar.RecordBatch.from_records([b"%d" % i for i in range(len(values))], records)
+    assert ar.parse_example(batch, spec)["n"].tolist() == values
+    for record, value in zip(records, values, strict=True):
+        assert ar.parse_single_example(record, spec)["n"] == value
+        decoded = ar.Example.FromString(record).features.feature["n"].value
+        assert isinstance(decoded, np.ndarray)
+        assert decoded.tolist() == [value]
+
+
 @pytest.mark.parametrize(
     ("stream", "message"),
     [

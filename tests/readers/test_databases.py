@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 import numpy as np
 import pytest
+from example_util import canonical, entries
 from postgres_server import postgres_bin, postgres_server
 from queue_util import work_queue
 
@@ -895,7 +896,7 @@ async def read_records(
 
 @pytest.mark.network
 @pytest.mark.parametrize("seed", range(4))
-async def test_postgres_packed_chunks_give_the_bytes_of_the_row_path(
+async def test_postgres_packed_chunks_give_the_examples_of_the_row_path(
     pg_table: str, seed: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     rng = random.Random(seed)
@@ -924,7 +925,69 @@ async def test_postgres_packed_chunks_give_the_bytes_of_the_row_path(
     rows = await read_records(pg_table, work, sizes, fetch_rows)
     assert calls  # the second read took the row path
     assert packed[0] == [b"p:%d" % k for k in keys]
-    assert packed == rows
+    assert packed[0] == rows[0]
+    assert canonical(packed[1]) == rows[1]
+
+
+@pytest.mark.network
+@pytest.mark.parametrize("texts", ["varied", "all NULL", "one huge"])
+async def test_postgres_numbers_and_one_text_give_the_examples_of_the_row_path(
+    pg_table: str, texts: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Numbers without NULL beside one text column take the fixed form (text last, padded
+    # integers); the first rows' chunks, with NULL numbers, the other one.
+    rng = random.Random(texts)
+    await pg(
+        pg_table,
+        "DROP TABLE IF EXISTS q",
+        "CREATE TABLE q (id bigint PRIMARY KEY, i integer NOT NULL, f real NOT NULL, "
+        "b boolean, n bigint, a text)",
+    )
+    choices = [None, "", "a", "hé €", "\U0001f600" * 3, "x" * 300, "tab\tnew\nline"]
+
+    def text(k: int) -> str | None:
+        if texts == "all NULL":
+            return None
+        if texts == "one huge" and k == 150:
+            return "z" * 100_000
+        return rng.choice(choices)
+
+    await pg(
+        pg_table,
+        "INSERT INTO q VALUES ($1, $2, $3, $4, $5, $6)",
+        args=[
+            (
+                k,
+                -k * 7919,
+                k / 7,
+                k % 2 == 0,
+                None if k < 60 and k % 5 == 0 else k**k % 2**50,
+                text(k),
+            )
+            for k in range(400)
+        ],
+    )
+    work = await ar.table_shards(pg_table, "q", key="id", shards=2)
+    packed = await read_records(pg_table, work, [40, 64, 200], 64)
+    from asyncreader._readers import postgres
+
+    monkeypatch.setattr(postgres, "packed_plan", lambda *args: None)
+    rows = await read_records(pg_table, work, [40, 64, 200], 64)
+    assert packed[0] == rows[0] == [b"q:%d" % k for k in range(400)]
+    assert canonical(packed[1]) == rows[1]
+    laid_out = [entries(record) for record in packed[1]]
+    if texts != "all NULL":
+        # The text ("a") after the numbers, and integers padded: longer than the rows'.
+        assert sum(keys[-1] == b"a" and keys[0] == b"b" for keys in laid_out) > 100
+    assert sum(len(p) > len(r) for p, r in zip(packed[1], rows[1], strict=True)) > 150
+    spec = {
+        "a": ar.FixedLenFeature([], "string", b"-"),
+        "n": ar.FixedLenFeature([], "int64", -1),
+        "f": ar.FixedLenFeature([], "float32"),
+    }
+    got = ar.parse_example(packed[1], spec)
+    want = ar.parse_example(rows[1], spec)
+    assert all(np.array_equal(got[name], want[name]) for name in spec)
 
 
 @pytest.mark.network

@@ -1,15 +1,21 @@
-"""RowEncoder: a whole chunk encoded column by column gives the row-by-row encoder's bytes."""
+"""RowEncoder: a whole chunk encoded column by column gives the row-by-row encoder's bytes
+(or, in the fixed forms, bytes that parse to exactly the same Examples)."""
 
 from __future__ import annotations
 
 import random
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pytest
+from example_util import canonical, entries
 
 import asyncreader as ar
 from asyncreader._decoders import wire
 from asyncreader._readers.row_example import ColumnValues, RowEncoder
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
 
 INT_EDGES = [-(2**63), -(2**31), -129, -1, 0, 1, 127, 128, 16383, 16384, 2**31, 2**63 - 1]
 FLOAT_EDGES = [0.0, -0.0, 1.5, -2.25, 1e-45, 3.4e38, float("inf"), float("-inf"), 1 / 3]
@@ -215,10 +221,10 @@ def test_arrays_give_the_bytes_of_the_rows(seed: int) -> None:
                 assert got is None
                 continue
             assert got is not None
-            assert records(got) == values
+            assert canonical(records(got)) == values
         else:
             assert got is not None
-            assert records(got) == records(want)
+            assert canonical(records(got)) == canonical(records(want))
         assert [c.slice(start, stop).tolist() for c in columns] == [
             [v.encode() if isinstance(v, str) else v for v in col]
             for col in list(zip(*part, strict=True))[: len(columns)]
@@ -256,7 +262,7 @@ def test_arrays_of_uniform_or_wide_rows_give_the_bytes_of_the_rows(
     assert got is not None
     values, good = encoder.encode(rows)
     assert good == len(rows)
-    assert records(got) == values
+    assert canonical(records(got)) == values
     dtypes = {"int": "int64", "float": "float32", "text": "string", "blob": "string"}
     spec = {c: ar.FixedLenFeature([], dtypes[kinds[c]]) for c in encoder.columns}
     parsed = ar.parse_example(records(got), spec)
@@ -266,3 +272,109 @@ def test_arrays_of_uniform_or_wide_rows_give_the_bytes_of_the_rows(
             np.testing.assert_array_equal(parsed[c], np.array(want, dtype=np.float32))
         else:
             assert list(parsed[c]) == want
+
+
+def _mixed_rows(texts: Sequence[object]) -> tuple[RowEncoder[str], list[tuple[object, ...]]]:
+    """Rows of numbers (never NULL: negative, small, wide, special floats) and the text
+    column "c", which sorts between them."""
+    encoder = RowEncoder(["b", "c", "d", "e", "f"])
+    assert encoder.columns == ("b", "c", "d", "e", "f")
+    specials = [float("nan"), -0.0, float("inf"), 1.5, 3.4e38]
+    rows: list[tuple[object, ...]] = [
+        (k * 131, text, -k if k % 3 else 2**62, specials[k % 5], 0, k)
+        for k, text in enumerate(texts)
+    ]
+    return encoder, rows
+
+
+def _columns_of(encoder: RowEncoder[str], rows: list[tuple[object, ...]]) -> list[ColumnValues]:
+    kinds = {"b": "int", "c": "bytes", "d": "int", "e": "float", "f": "int"}
+    return [
+        column_values([row[j] for row in rows], kinds[c]) for j, c in enumerate(encoder.columns)
+    ]
+
+
+def _texts(case: str) -> Sequence[object]:
+    rng = random.Random(case)
+    if case == "short with NULLs and empties":
+        return [rng.choice([None, "", "a", "row 17", "x" * rng.randrange(30)]) for _ in range(50)]
+    if case == "all NULL":
+        return [None] * 40
+    if case == "non-ASCII":
+        return [
+            "".join(rng.choice("é€\U0001f600ab") for _ in range(rng.randrange(9)))
+            for _ in range(40)
+        ]
+    if case == "around 128 bytes":  # entry heads and records of one and two length bytes
+        return ["y" * rng.randrange(30, 200) for _ in range(64)]
+    if case == "one length":  # every record fills its padded row
+        return [f"row {k:08d}" for k in range(40)]
+    if case == "all long":
+        return [b"\x00\xff" * rng.randrange(1500, 1600) for _ in range(20)]
+    assert case == "one huge"  # padding would cost too much: the other form
+    return ["z" * 70000] + ["a"] * 39
+
+
+@pytest.mark.parametrize(
+    "case",
+    [
+        "short with NULLs and empties",
+        "all NULL",
+        "non-ASCII",
+        "around 128 bytes",
+        "one length",
+        "all long",
+        "one huge",
+    ],
+)
+def test_numbers_and_one_text_parse_as_the_rows(case: str) -> None:
+    texts = _texts(case)
+    encoder, rows = _mixed_rows(texts)
+    columns = _columns_of(encoder, rows)
+    got = encoder.encode_arrays(columns)
+    assert got is not None
+    values, good = encoder.encode(rows)
+    assert good == len(rows)
+    assert canonical(records(got)) == values
+    if case == "one huge":
+        assert records(got) == values  # the padded form would be mostly padding
+    else:
+        # The text's entry last, integers padded to their column's longest varint.
+        for record, text in zip(records(got), texts, strict=True):
+            keys = [b"b", b"d", b"e", b"f"] + ([] if text is None else [b"c"])
+            assert entries(record) == keys
+        assert sum(map(len, records(got))) > sum(map(len, values))
+    spec = {
+        "b": ar.FixedLenFeature([], "int64"),
+        "c": ar.FixedLenFeature([], "string", b"-"),
+        "d": ar.FixedLenFeature([], "int64"),
+        "e": ar.FixedLenFeature([], "float32"),
+        "f": ar.FixedLenFeature([], "int64"),
+    }
+    for batch in (records(got), ar.RecordBatch(*got, keys=[b"%d" % i for i in range(len(rows))])):
+        parsed = ar.parse_example(batch, spec)
+        assert parsed["b"].tolist() == [row[0] for row in rows]
+        assert parsed["c"].tolist() == [
+            b"-" if t is None else t.encode() if isinstance(t, str) else t for t in texts
+        ]
+        assert parsed["d"].tolist() == [row[2] for row in rows]
+        np.testing.assert_array_equal(
+            parsed["e"], np.array([row[3] for row in rows], dtype=np.float32)
+        )
+        assert parsed["f"].tolist() == [0] * len(rows)
+
+
+def test_numbers_and_one_text_with_a_float_beyond_float32_are_refused() -> None:
+    encoder, rows = _mixed_rows(["t"] * 20)
+    rows[7] = (*rows[7][:3], 1e300, *rows[7][4:])
+    assert encoder.encode_arrays(_columns_of(encoder, rows)) is None  # the row path names it
+
+
+def test_numbers_with_a_null_and_one_text_keep_the_row_bytes() -> None:
+    encoder, rows = _mixed_rows(["t", None] * 10)
+    columns = _columns_of(encoder, rows)
+    columns[0].null = np.arange(20) == 5  # "b" NULL in one row: no fixed place for it
+    got = encoder.encode_arrays(columns)
+    assert got is not None
+    rows[5] = (None, *rows[5][1:])
+    assert records(got) == encoder.encode(rows)[0]
