@@ -49,7 +49,7 @@ from .table_work import quote_name
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
 
-__all__ = ["Malformed", "PackedColumn", "packed_plan", "packed_sql", "unpack"]
+__all__ = ["Malformed", "PackedColumn", "last_key", "packed_plan", "packed_sql", "unpack"]
 
 #: The kind of each column type the packed form holds (``format_type`` names).
 _KINDS: Final = {
@@ -182,6 +182,23 @@ def packed_sql(
     )
     outer = ["count(*)", f"string_agg({row}, '')", *blobs, *nulls]
     return f"SELECT {', '.join(outer)} FROM ({sub}) AS chunk"
+
+
+def last_key(
+    reply: Sequence[object], plan: Sequence[PackedColumn], key: str, limit: int
+) -> int | None:
+    """The key of the last row of a packed reply of a whole chunk (``limit`` rows), read
+    before the reply is checked, to ask for the next chunk early; ``None`` when the chunk
+    is not whole or the reply not of its form (:func:`unpack` says why)."""
+    if len(reply) < 2 or type(reply[0]) is not int or reply[0] != limit or limit < 1:
+        return None
+    layout = _layout(plan, key)
+    fixed = reply[1]
+    if not isinstance(fixed, bytes) or len(fixed) != layout.itemsize * limit:
+        return None
+    row = np.frombuffer(fixed, dtype=layout, offset=len(fixed) - layout.itemsize)
+    own = _key_index(plan, key)
+    return int(row["k" if own is None else f"v{own}"][0])
 
 
 def unpack(

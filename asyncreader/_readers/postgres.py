@@ -17,7 +17,7 @@ import anyio
 
 from .._errors import DataLossError, FailedPreconditionError, InvalidArgumentError, NotFoundError
 from .database import DEFAULT_FETCH_ROWS, TableReader, one_record
-from .pg_packed import Malformed, PackedColumn, packed_plan, packed_sql, unpack
+from .pg_packed import Malformed, PackedColumn, last_key, packed_plan, packed_sql, unpack
 from .table_work import TableShard, database_name, quote_name
 
 if TYPE_CHECKING:
@@ -325,17 +325,18 @@ class PostgresReader(TableReader):
             self._fetched(rows, limit)
             last = rows[-1][-1] if rows else None
         else:
+            reply = rows[0] if len(rows) == 1 else ()
+            # The server is the slower side: it starts on the next chunk before this one
+            # is even checked (a chunk read ahead after a wrong key is dropped unused).
+            early = last_key(reply, self._packed, shard.key, limit)
+            if early is not None and self._conn is not None:
+                await self._read_ahead(limit, early)
             try:
                 keys, columns = unpack(
-                    rows[0] if len(rows) == 1 else (),
-                    self._packed,
-                    shard.key,
-                    limit,
-                    shard.lo,
-                    shard.hi,
-                    self._cursor,
+                    reply, self._packed, shard.key, limit, shard.lo, shard.hi, self._cursor
                 )
             except Malformed as exc:
+                await self._drop_ahead()
                 after = "" if self._cursor is None else f" after key {self._cursor}"
                 raise self._error(
                     DataLossError,
@@ -344,7 +345,14 @@ class PostgresReader(TableReader):
                 ) from None
             self._fetched_columns(keys, columns, limit)
             last = keys[-1] if keys else None
-        if not self._exhausted and last is not None and self._conn is not None:
+            if self._ahead is not None and not self._ahead.matches(last, packed=True):
+                await self._drop_ahead()  # the rows came out of key order
+        if (
+            not self._exhausted
+            and last is not None
+            and self._conn is not None
+            and self._ahead is None
+        ):
             await self._read_ahead(limit, last)
 
     def _chunk_query(self, limit: int, after: int | None) -> tuple[str, list[object]]:

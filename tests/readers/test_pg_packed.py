@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from asyncreader._readers.pg_packed import Malformed, PackedColumn, packed_sql, unpack
+from asyncreader._readers.pg_packed import Malformed, PackedColumn, last_key, packed_sql, unpack
 
 PLAN = [
     PackedColumn("n", "int", nullable=True),
@@ -180,3 +180,18 @@ def test_a_rows_numbers_are_joined_before_one_aggregate() -> None:
         "array_agg(k) FILTER (WHERE c0 IS NULL) FROM" in sql
     )
     assert ROW.itemsize == 25
+
+
+def test_the_last_key_of_a_whole_chunk_is_read_before_the_reply_is_checked() -> None:
+    assert last_key(reply([4, 5, 7, 6]), PLAN, "k", 4) == 6  # the reply's last row
+    assert last_key(reply([4, 5, 7, 6], s=b"wrong"), PLAN, "k", 4) == 6  # checked later
+    assert last_key(reply([4, 5, 6]), PLAN, "k", 4) is None  # the last chunk
+    assert last_key(reply([4, 5, 6, 7], rows=b"\x00" * 99), PLAN, "k", 4) is None
+    assert last_key(reply([4, 5, 6, 7], rows="text"), PLAN, "k", 4) is None
+    assert last_key(reply([4, 5, 6, 7], count="4"), PLAN, "k", 4) is None
+    assert last_key([0, None], PLAN, "k", 0) is None
+    assert last_key([], PLAN, "k", 4) is None
+    # The key column among the record's: its own number.
+    plan = [PackedColumn("n", "int", nullable=False), PackedColumn("s", "bytes", nullable=True)]
+    rows = np.array([(7, 1), (9, -1)], dtype=[("v0", ">i8"), ("l1", ">i4")])
+    assert last_key([2, rows.tobytes(), b"x"], plan, "n", 2) == 9
