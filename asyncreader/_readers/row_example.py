@@ -14,10 +14,11 @@ float32s, the texts joined), laid out as padded rows whose padding one mask drop
 Python object or call is made per value. A chunk whose columns hold only integers or only
 floats takes a fixed form instead, integers as 10-byte varints: every row then has the
 same length and layout, which ``parse_example``'s shared-layout fast path decodes as one
-matrix. A chunk given as arrays (:meth:`RowEncoder.encode_arrays`) of numbers without
-NULL and one text or blob column takes a fixed form too: each integer column's varints
-padded to its longest, and the text's entry after the numbers' (any order parses the
-same), so that only its place varies and each record is one padded row of a matrix.
+matrix. A chunk given as arrays (:meth:`RowEncoder.encode_arrays`) otherwise takes a
+fixed form too when it pays: each integer column's varints padded to its longest, the
+entries of the number columns without NULL first, at one place in every row, and the
+others (text, blobs, numbers with NULLs) after them (any order parses the same), each
+placed with one mask, so that each record is one padded row of a matrix.
 Values the column form cannot hold (arrays, a column of mixed kinds, a value out of range)
 send the chunk row by row (:meth:`RowEncoder.encode`), which names the row.
 """
@@ -366,6 +367,15 @@ class _Column:
         matrix[:, : width - 1] |= 0x80
         return self._int_heads[width], matrix
 
+    def int_head(self, width: int) -> bytes:
+        """The bytes of a map entry up to its one int64 value, a varint of ``width`` bytes."""
+        return self._int_heads[width]
+
+    @property
+    def float_head(self) -> bytes:
+        """The bytes of a map entry up to its one float."""
+        return self._float_head
+
     def fixed_floats(self, doubles: np.ndarray) -> tuple[bytes, np.ndarray] | None:
         """:meth:`fixed` of ``float64`` values; ``None`` if one is beyond float32's range."""
         floats = _float32(doubles)
@@ -537,6 +547,69 @@ class _Column:
         return _delimited(1, self._name_part + _delimited(2, body))
 
 
+#: The matrix of a piece whose bytes are made later (:meth:`RowEncoder._fixed_first`).
+_NOT_YET: Final = np.zeros((0, 0), dtype=np.uint8)
+
+
+class _Piece:
+    """An entry of every row that varies in length (0: none), for
+    :meth:`RowEncoder._fixed_first`: its bytes as a ``(rows, width)`` matrix, row ``r``'s
+    leading, or ``flat``, back to back in row order, or both."""
+
+    __slots__ = ("flat", "lengths", "matrix", "width")
+
+    def __init__(
+        self,
+        lengths: np.ndarray,
+        width: int,
+        *,
+        matrix: np.ndarray | None = None,
+        flat: np.ndarray | None = None,
+    ) -> None:
+        self.lengths = lengths
+        self.width = width
+        self.matrix = matrix
+        self.flat = flat
+
+    def source(self) -> np.ndarray:
+        """The entries' bytes back to back, in row order."""
+        if self.flat is not None:
+            return self.flat
+        assert self.matrix is not None
+        width = self.matrix.shape[1]
+        if int(self.lengths.min()) == width:  # no padding (the rule for short texts' heads)
+            return self.matrix.reshape(-1)
+        picked: np.ndarray = self.matrix[_columns_between(width, None, self.lengths)]
+        return picked
+
+
+def _text_pieces(column: _Column, values: ColumnValues, null: np.ndarray | None) -> list[_Piece]:
+    """The entries of a text or blob column: the heads, then the values (none for NULL)."""
+    assert values.lengths is not None
+    assert values.starts is not None
+    lengths = values.lengths if null is None else np.where(null, 0, values.lengths)
+    longest = int(lengths.max()) if len(lengths) else 0
+    if longest < 1 << 16:  # a lookup table of the lengths: cheaper than sorting them
+        unique = np.flatnonzero(np.bincount(lengths))
+        lookup = np.zeros(longest + 1, dtype=np.intp)
+        lookup[unique] = np.arange(len(unique))
+        which = lookup[lengths]
+    else:
+        unique, which = np.unique(lengths, return_inverse=True)
+    head_list = [column.bytes_head(length) for length in unique.tolist()]
+    heads = _table(head_list)[which]
+    head_lengths = np.array([len(h) for h in head_list], dtype=np.int64)[which]
+    if null is not None:
+        head_lengths[null] = 0
+    # The values lie back to back: the rows' span of the buffer.
+    base = int(values.starts[0]) if len(lengths) else 0
+    blob = values.data[base : base + int(lengths.sum())]
+    return [
+        _Piece(head_lengths, heads.shape[1], matrix=heads),
+        _Piece(lengths, longest, flat=blob),
+    ]
+
+
 def _join_slots(slots: list[_Slot], n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The ``n`` records whose entries ``slots`` hold (heads and values, column after
     column) as a buffer of Examples back to back, with each one's start and length."""
@@ -627,10 +700,9 @@ class RowEncoder(Generic[Name]):
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
         """:meth:`encode_chunk` of rows given as one :class:`ColumnValues` per column (in
         :attr:`columns` order): the same bytes, from arrays, with no Python object per
-        value, whatever the number of rows, but for numbers without NULL beside one text
-        or blob column, which take the fixed form of :meth:`_text_last` (the same
-        Examples once parsed); ``None`` when a float is beyond float32's range (the row
-        path names its row)."""
+        value, whatever the number of rows, or in the fixed form of :meth:`_fixed_first`
+        when it pays (the same Examples once parsed); ``None`` when a float is beyond
+        float32's range (the row path names its row)."""
         n = len(columns[0])
         if n >= _MATRIX_MIN_ROWS and all(
             c.kind != "bytes" and (c.null is None or not c.null.any()) for c in columns
@@ -649,12 +721,8 @@ class RowEncoder(Generic[Name]):
             width = matrix.shape[1]
             starts = np.arange(0, n * width, width, dtype=np.int64)
             return matrix.reshape(-1), starts, np.full(n, width, dtype=np.int64)
-        if (
-            n >= _MATRIX_MIN_ROWS
-            and sum(c.kind == "bytes" for c in columns) == 1
-            and all(c.kind == "bytes" or c.null is None or not c.null.any() for c in columns)
-        ):
-            encoded = self._text_last(columns)
+        if n >= _MATRIX_MIN_ROWS:
+            encoded = self._fixed_first(columns)
             if encoded is not None:
                 return encoded
         slots: list[_Slot] = []
@@ -665,68 +733,100 @@ class RowEncoder(Generic[Name]):
             slots += pair
         return _join_slots(slots, n)
 
-    def _text_last(
+    def _fixed_first(
         self, columns: Sequence[ColumnValues]
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
-        """:meth:`encode_arrays` of numbers without NULL and one text or blob column, the
-        text's entry last: each record is a padded row of one matrix, its numbers' entries
-        at the same place in every row (each integer column's varints padded to the
-        column's longest), and the text's entry after them, its bytes placed with one mask.
+        """:meth:`encode_arrays` laid out as padded rows of one matrix: first the entries
+        of the number columns without NULL, at the same place in every row, then the
+        other entries (number columns with NULLs, text and blobs) in column order, each
+        placed with one mask; each integer column's varints padded to its longest.
         ``None`` when this form does not pay (a few long values: too much padding) or a
-        float is beyond float32's range (the other form answers).
+        float is beyond float32's range (the slots' form answers).
 
-        Copies of whole columns and one masked assignment (then one compress unless every
-        record fills its row), instead of a matrix of every entry's padded span, a mask
-        of each span's length and a compress over all of it: on chunks of 2,048 rows of
-        the database benchmark's table (three integers, two floats, one text), 0.39 ->
-        0.13 us a row when the texts are of one length, 0.44 -> 0.20 when they vary."""
+        Copies of whole columns and a masked assignment per varying entry (then one
+        compress unless every record fills its row), instead of a matrix of every entry's
+        padded span, a mask of each span's length and a compress over all of it: on
+        chunks of 2,048 rows of the database benchmark's table (three integers, two
+        floats, one text), 0.39 -> 0.13 us a row when the texts are of one length, 0.44
+        -> 0.20 when they vary, 0.52 -> 0.30 with NULLs in two number columns, 0.47 ->
+        0.45 with two texts."""
         n = len(columns[0])
-        parts: list[tuple[bytes, np.ndarray]] = []
-        text: tuple[_Column, ColumnValues] | None = None
+        fixed: list[tuple[bytes, np.ndarray]] = []
+        pieces: list[_Piece] = []
+        # Number columns with NULLs: their pieces' lengths now, their bytes once the form
+        # is known to pay.
+        later: list[tuple[_Piece, _Column, str, np.ndarray, np.ndarray, int]] = []
         for column, values in zip(self._columns, columns):  # noqa: B905
+            null = values.null if values.null is not None and values.null.any() else None
+            if null is not None and null.all():
+                continue  # no entry in any row
             if values.kind == "bytes":
-                text = (column, values)
+                pieces += _text_pieces(column, values, null)
                 continue
-            entry = (
-                column.fixed_ints(values.data, _varint_width(values.data))
-                if values.kind == "int"
-                else column.fixed_floats(values.data)
-            )
-            if entry is None:
-                return None
-            parts.append(entry)
-        assert text is not None
-        column, values = text
-        assert values.lengths is not None
-        assert values.starts is not None
-        lengths = values.lengths
-        if values.null is not None:
-            lengths = np.where(values.null, 0, lengths)
-        fixed = sum(len(head) + matrix.shape[1] for head, matrix in parts)
-        # The text's entry heads, by value length (none for NULL).
-        longest = int(lengths.max())
-        if longest < 1 << 16:  # a lookup table of the lengths: cheaper than sorting them
-            unique = np.flatnonzero(np.bincount(lengths))
-            lookup = np.zeros(longest + 1, dtype=np.intp)
-            lookup[unique] = np.arange(len(unique))
-            which = lookup[lengths]
-        else:
-            unique, which = np.unique(lengths, return_inverse=True)
-        head_list = [column.bytes_head(length) for length in unique.tolist()]
-        heads = _table(head_list)[which]
-        head_lengths = np.array([len(h) for h in head_list], dtype=np.int64)[which]
-        if values.null is not None:
-            head_lengths[values.null] = 0
-        body = fixed + head_lengths + lengths
+            data = values.data if null is None else values.data[~null]
+            width = _varint_width(data) if values.kind == "int" else 4
+            if null is None:
+                entry = (
+                    column.fixed_ints(data, width)
+                    if values.kind == "int"
+                    else column.fixed_floats(data)
+                )
+                if entry is None:
+                    return None
+                fixed.append(entry)
+                continue
+            head = column.int_head(width) if values.kind == "int" else column.float_head
+            size = len(head) + width
+            piece = _Piece(np.where(null, 0, size), size, matrix=_NOT_YET)
+            pieces.append(piece)
+            later.append((piece, column, values.kind, data, null, width))
+        fixed_width = sum(len(head) + matrix.shape[1] for head, matrix in fixed)
+        # Where each varying entry may lie after the fixed ones: from the row where it
+        # starts first to the one where it ends last (a mask of that span places it).
+        begins: list[np.ndarray] = []
+        spans: list[tuple[int, int, bool]] = []
+        masked = 0
+        begin = np.zeros(n, dtype=np.int64)
+        for piece in pieces:
+            first, last = int(begin.min()), int((begin + piece.lengths).max())
+            # Every row's entry starting at one column, a matrix of them is copied as it is.
+            copied = piece.matrix is not None and first == int(begin.max())
+            begins.append(begin)
+            spans.append((first, last, copied))
+            if not copied:
+                masked += last - first
+            begin = begin + piece.lengths
+        body = begin + fixed_width
         digits, digit_lengths = _varints(body)
         prefix_lengths = digit_lengths + 1
         record_lengths = prefix_lengths + body
         prefix = int(prefix_lengths.max())
-        text_width = heads.shape[1] + longest
-        width = prefix + fixed + text_width
+        tail = sum(piece.width for piece in pieces)
+        width = prefix + fixed_width + tail
         used = int(record_lengths.sum())
-        if n * width > _PADDING * used:
+        # Too much padding (a few long values), or masks over more than twice a row (many
+        # varying entries, each one's span as wide as all before it): the slots' form
+        # costs less. Measured on chunks of 2,048 rows, this form costs about 1.5 ns a
+        # byte of row and 1.1 a byte of mask, the slots' 3.6 a byte of row: 8 integer
+        # columns with NULLs and a text (masks 4.8 times a row) 0.71 us a row as slots,
+        # 1.07 in this form; 4 float columns with NULLs (1.2 times) 0.24 and 0.22.
+        if n * width > _PADDING * used or masked > 2 * width:
             return None
+        for piece, column, kind, data, null, digits_width in later:
+            entry = (
+                column.fixed_ints(data, digits_width)
+                if kind == "int"
+                else column.fixed_floats(data)
+            )
+            if entry is None:
+                return None
+            head, matrix = entry
+            present = np.empty((len(data), piece.width), dtype=np.uint8)
+            present[:, : len(head)] = np.frombuffer(head, np.uint8)
+            present[:, len(head) :] = matrix
+            piece.matrix = np.empty((n, piece.width), dtype=np.uint8)
+            piece.matrix[~null] = present  # a NULL row's bytes are never used
+            piece.flat = present.reshape(-1)
         rows = np.empty((n, width), dtype=np.uint8)
         # The prefix ends at the same column in every row: a record starts where its own
         # prefix does.
@@ -737,23 +837,33 @@ class RowEncoder(Generic[Name]):
             rows[:, 0] = 0x0A
             rows[:, 1:prefix] = digits
         else:
-            head = np.empty((n, prefix), dtype=np.uint8)
-            head[:, 0] = 0x0A
-            head[:, 1:] = digits
-            rows[:, :prefix][_columns_between(prefix, skip, np.full(n, prefix))] = head[
+            head_rows = np.empty((n, prefix), dtype=np.uint8)
+            head_rows[:, 0] = 0x0A
+            head_rows[:, 1:] = digits
+            rows[:, :prefix][_columns_between(prefix, skip, np.full(n, prefix))] = head_rows[
                 _columns_between(prefix, None, prefix_lengths)
             ]
         at = prefix
-        for head_bytes, matrix in parts:
+        for head_bytes, matrix in fixed:
             rows[:, at : at + len(head_bytes)] = np.frombuffer(head_bytes, np.uint8)
             at += len(head_bytes)
             rows[:, at : at + matrix.shape[1]] = matrix
             at += matrix.shape[1]
-        rows[:, at : at + heads.shape[1]] = heads
-        # Each text's bytes right after its row's head: row-major order is the values'.
-        base = int(values.starts[0]) if n else 0
-        blob = values.data[base : base + int(lengths.sum())]
-        rows[:, at:][_columns_between(text_width, head_lengths, head_lengths + lengths)] = blob
+        # Each varying entry right after the row's previous one: row-major order is the
+        # rows' order, so each entry's bytes, back to back, fill its mask.
+        for piece, begin, (first, last, copied) in zip(pieces, begins, spans):  # noqa: B905
+            if last > first:
+                place = rows[:, at + first : at + last]
+                if copied:
+                    # What the matrix holds past a row's entry is overwritten by what
+                    # follows, or past the record's end.
+                    assert piece.matrix is not None
+                    place[:, : piece.matrix.shape[1]] = piece.matrix[:, : last - first]
+                else:
+                    mask = _columns_between(
+                        last - first, begin - first, begin - first + piece.lengths
+                    )
+                    place[mask] = piece.source()
         if used == n * width:  # every record fills its row
             return rows.reshape(-1), np.arange(0, used, width, dtype=np.int64), record_lengths
         if skip is None:

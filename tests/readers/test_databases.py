@@ -524,7 +524,7 @@ async def test_postgres_values_decode_like_sqlite(pg_table: str, tmp_path: Path)
         pk, pv = await p.read_up_to(await work_queue(["sql:t?key=id&hi=50"]), 100)
         sk, sv = await s.read_up_to(await work_queue(["sql:t?key=id&hi=50"]), 100)
     assert pk == sk
-    assert pv == sv  # the same rows give the same bytes
+    assert canonical(pv) == sv  # the same Examples (a fixed form may lay them out apart)
     check_values(pk, pv)
 
 

@@ -370,11 +370,70 @@ def test_numbers_and_one_text_with_a_float_beyond_float32_are_refused() -> None:
     assert encoder.encode_arrays(_columns_of(encoder, rows)) is None  # the row path names it
 
 
-def test_numbers_with_a_null_and_one_text_keep_the_row_bytes() -> None:
-    encoder, rows = _mixed_rows(["t", None] * 10)
+def test_a_float_beyond_float32_in_a_column_with_nulls_is_refused() -> None:
+    encoder, rows = _mixed_rows(["t"] * 20)
+    rows[7] = (*rows[7][:3], 1e300, *rows[7][4:])
     columns = _columns_of(encoder, rows)
-    columns[0].null = np.arange(20) == 5  # "b" NULL in one row: no fixed place for it
+    columns[3].null = np.arange(20) == 3
+    assert encoder.encode_arrays(columns) is None  # the row path names it
+
+
+def test_a_number_column_entirely_null_beside_a_text_has_no_feature() -> None:
+    encoder, rows = _mixed_rows(["t", "", None] * 8)
+    columns = _columns_of(encoder, rows)
+    columns[2].null = np.ones(24, dtype=bool)  # "d"
     got = encoder.encode_arrays(columns)
     assert got is not None
-    rows[5] = (None, *rows[5][1:])
+    rows = [(b, c, None, e, f, key) for b, c, _, e, f, key in rows]
+    assert canonical(records(got)) == encoder.encode(rows)[0]
+    assert all(b"d" not in entries(record) for record in records(got))
+
+
+def test_numbers_with_nulls_follow_the_numbers_without() -> None:
+    encoder, rows = _mixed_rows(["t", None, "ü" * 200] * 10)
+    columns = _columns_of(encoder, rows)
+    columns[0].null = np.arange(30) % 4 == 1  # "b" NULL in some rows: no fixed place
+    columns[0].data[columns[0].null] = 2**63 - 1  # what a NULL row holds is never used
+    columns[3].null = np.arange(30) == 2  # "e" too, with a value beyond float32
+    columns[3].data[2] = 1e300
+    got = encoder.encode_arrays(columns)
+    assert got is not None
+    rows = [
+        (None if k % 4 == 1 else b, c, d, None if k == 2 else e, f, key)
+        for k, (b, c, d, e, f, key) in enumerate(rows)
+    ]
+    assert canonical(records(got)) == encoder.encode(rows)[0]
+    for record, row in zip(records(got), rows, strict=True):
+        order = [b"d", b"f", b"b", b"c", b"e"]  # the numbers without NULL first
+        present = {b"b": row[0], b"c": row[1], b"d": row[2], b"e": row[3], b"f": row[4]}
+        assert entries(record) == [k for k in order if present[k] is not None]
+
+
+def test_two_texts_follow_the_numbers() -> None:
+    encoder = RowEncoder(["a", "n", "z"])
+    rows: list[tuple[object, ...]] = [
+        ("x" * (k % 7), k, None if k % 3 == 0 else "é" * (k % 150), k) for k in range(64)
+    ]
+    kinds = {"a": "bytes", "n": "int", "z": "bytes"}
+    columns = [
+        column_values([row[j] for row in rows], kinds[c]) for j, c in enumerate(encoder.columns)
+    ]
+    got = encoder.encode_arrays(columns)
+    assert got is not None
+    assert canonical(records(got)) == encoder.encode(rows)[0]
+    assert entries(records(got)[1]) == [b"n", b"a", b"z"]
+
+
+def test_many_numbers_with_nulls_keep_the_row_bytes() -> None:
+    # Each entry after a varying one is placed with a mask as wide as all before it: with
+    # many, the slots' form costs less, and gives the rows' bytes.
+    rng = random.Random(8)
+    names = [f"c{j}" for j in range(8)]
+    encoder = RowEncoder(names)
+    rows: list[tuple[object, ...]] = [
+        (*(None if rng.random() < 0.3 else k * 1000 + j for j in range(8)), k) for k in range(40)
+    ]
+    columns = [column_values([row[j] for row in rows], "int") for j in range(8)]
+    got = encoder.encode_arrays(columns)
+    assert got is not None
     assert records(got) == encoder.encode(rows)[0]
