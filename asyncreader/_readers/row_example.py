@@ -583,6 +583,20 @@ class _Piece:
         return picked
 
 
+def _steady(piece: _Piece) -> bool:
+    """Whether ``piece`` is as long in every row."""
+    return int(piece.lengths.min()) == int(piece.lengths.max())
+
+
+def _as_rows(piece: _Piece, n: int) -> np.ndarray:
+    """The ``(n, length)`` matrix of a piece as long in every row."""
+    length = int(piece.lengths[0])
+    if piece.matrix is not None:
+        return piece.matrix[:, :length]
+    assert piece.flat is not None
+    return piece.flat.reshape(n, length)
+
+
 def _text_pieces(column: _Column, values: ColumnValues, null: np.ndarray | None) -> list[_Piece]:
     """The entries of a text or blob column: the heads, then the values (none for NULL)."""
     assert values.lengths is not None
@@ -761,7 +775,14 @@ class RowEncoder(Generic[Name]):
             if null is not None and null.all():
                 continue  # no entry in any row
             if values.kind == "bytes":
-                pieces += _text_pieces(column, values, null)
+                heads, texts = _text_pieces(column, values, null)
+                if null is None and _steady(heads) and _steady(texts):
+                    # Texts of one length (codes, hashes, formatted numbers): an entry of
+                    # one width in every row, placed with the numbers.
+                    fixed.append((b"", _as_rows(heads, n)))
+                    fixed.append((b"", _as_rows(texts, n)))
+                else:
+                    pieces += (heads, texts)
                 continue
             data = values.data if null is None else values.data[~null]
             width = _varint_width(data) if values.kind == "int" else 4
