@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 import pytest
-from example_util import canonical, entries
+from example_util import canonical, entries, protobuf_example_class
 
 import asyncreader as ar
 from asyncreader._decoders import wire
@@ -442,3 +442,32 @@ def test_many_numbers_with_nulls_keep_the_row_bytes() -> None:
     got = encoder.encode_arrays(columns)
     assert got is not None
     assert records(got) == encoder.encode(rows)[0]
+
+
+@pytest.mark.parametrize("case", ["short with NULLs and empties", "one length", "numbers only"])
+def test_the_fixed_forms_parse_with_protobuf_as_the_rows(case: str) -> None:
+    # protobuf's own parser, with TensorFlow's Example messages: padded varints and
+    # entries out of key order are the same Example, serialized again as the rows' bytes.
+    pytest.importorskip("google.protobuf")
+    example_class = protobuf_example_class()
+    if case == "numbers only":  # every integer a 10-byte varint
+        encoder = RowEncoder(["i", "f"])
+        assert encoder.columns == ("f", "i")
+        rows: list[tuple[object, ...]] = [(k / 3, k * 997 - 9000, k) for k in range(20)]
+        columns = [
+            column_values([row[0] for row in rows], "float"),
+            column_values([row[1] for row in rows], "int"),
+        ]
+    else:
+        encoder, rows = _mixed_rows(_texts(case))
+        columns = _columns_of(encoder, rows)
+        columns[3].null = np.arange(len(rows)) % 4 == 1  # "e": NULLs, a varying entry
+        rows = [(*row[:3], None if k % 4 == 1 else row[3], *row[4:]) for k, row in enumerate(rows)]
+    got = encoder.encode_arrays(columns)
+    assert got is not None
+    want = encoder.encode(rows)[0]
+    assert records(got) != want  # a fixed form
+    for record, row_bytes in zip(records(got), want, strict=True):
+        message = example_class()
+        message.ParseFromString(record)
+        assert message.SerializeToString(deterministic=True) == row_bytes
