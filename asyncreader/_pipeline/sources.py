@@ -42,6 +42,7 @@ from .. import _errors
 from .._errors import AsyncReaderError, InvalidArgumentError, OutOfRangeError
 from .._queues.elements import record_components, record_strings
 from .._records.batch import RecordBatch
+from .._runtime.checkpoint import StageTask, current_stage
 from .._runtime.context import current_checkpointer
 from .structure import format_shape
 
@@ -383,25 +384,42 @@ class EnqueueStep:
             await self._enqueue(comps)
             return
         failure: Exception | None = None
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(self._fetch_ahead, pause)
-            try:
-                await self._enqueue(comps)
-            except Exception as exc:
-                # Raised after the task group, so that it is not wrapped in a group.
-                failure = exc
-                tg.cancel_scope.cancel()
+        stage = current_stage()
+        ahead = None if pause is None else StageTask(self._ahead_name, None)
+        try:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(self._fetch_ahead, pause, ahead)
+                try:
+                    await self._enqueue(comps)
+                except Exception as exc:
+                    # Raised after the task group, so that it is not wrapped in a group.
+                    failure = exc
+                    tg.cancel_scope.cancel()
+                else:
+                    if stage is not None:
+                        # Its example is enqueued: while it waits for the fetch, it holds
+                        # only what the fetch holds. A fetch whose reader waits for work
+                        # (a rank at the end of a shared queue, while the other ranks
+                        # wait in a job checkpoint for this one) lets a checkpoint go on.
+                        stage.follows = ahead
+        finally:
+            if stage is not None:
+                stage.follows = None
         if failure is not None:
             raise failure
 
-    async def _fetch_ahead(self, pause: Checkpointer | None) -> None:
+    @property
+    def _ahead_name(self) -> str:
+        return f"{self._what}-source-{self._source.index}-ahead"
+
+    async def _fetch_ahead(self, pause: Checkpointer | None, ahead: StageTask | None) -> None:
         if pause is None:
             await self._source.fetch_ahead()
             return
         # A stage task of its own: settled only while blocked in a queue operation (a
         # reader waiting for work), so a checkpoint waits for an example being made and
         # then saves it as an example in hand.
-        with pause.stage(f"{self._what}-source-{self._source.index}-ahead"):
+        with pause.stage(self._ahead_name, task=ahead):
             await self._source.fetch_ahead()
 
     def __repr__(self) -> str:

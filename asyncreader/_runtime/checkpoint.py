@@ -266,7 +266,17 @@ class StageTask:
     queue saves, so a checkpoint may be taken.
     """
 
-    __slots__ = ("blocked_on", "dequeuing", "go", "leasing", "name", "parked", "queue", "waiter")
+    __slots__ = (
+        "blocked_on",
+        "dequeuing",
+        "follows",
+        "go",
+        "leasing",
+        "name",
+        "parked",
+        "queue",
+        "waiter",
+    )
 
     def __init__(self, name: str, queue: object) -> None:
         self.name = name
@@ -279,6 +289,9 @@ class StageTask:
         #: It waits for a shared queue to lease its reader a work item: it holds nothing
         #: (a reader takes its next item only once done with the last one).
         self.leasing = False
+        #: Its own operation is done and it waits for a task of its own to end (an enqueue
+        #: step for its look-ahead fetch): it holds nothing but what that task holds.
+        self.follows: StageTask | None = None
 
     @contextlib.contextmanager
     def blocked(self, queue: object, attempt: Attempt, *, dequeue: bool) -> Iterator[None]:
@@ -293,6 +306,8 @@ class StageTask:
         """Whether the task holds nothing outside the components right now."""
         if self.leasing:
             return True
+        if self.follows is not None:
+            return self.follows.settled()
         if self.parked:
             return self.go is None or not self.go.is_set()
         w = self.waiter
@@ -516,9 +531,13 @@ class Checkpointer:
     # -- stage tasks ---------------------------------------------------------------------
 
     @contextlib.contextmanager
-    def stage(self, name: str, queue: Any = None) -> Iterator[StageTask]:
-        """Run the block as a stage task (that fills ``queue``)."""
-        task = StageTask(name, queue)
+    def stage(
+        self, name: str, queue: Any = None, *, task: StageTask | None = None
+    ) -> Iterator[StageTask]:
+        """Run the block as a stage task (that fills ``queue``); ``task``: made before,
+        by the stage task that waits for this one (see :attr:`StageTask.follows`)."""
+        if task is None:
+            task = StageTask(name, queue)
         self._stages.add(task)
         token = _stage.set(task)
         try:

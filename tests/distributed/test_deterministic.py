@@ -317,6 +317,30 @@ async def test_a_restore_with_as_many_ranks_continues_each_rank_exactly(
     )
 
 
+async def test_a_checkpoint_as_a_ranks_share_runs_out_restores_each_rank_exactly(
+    ray_env: RayEnv, tmp_path: Path
+) -> None:
+    # Three steps before the end of the epoch rank 0 has read its share: its reader waits
+    # at the end of the queue for rank 1's items (rank 1 could still die and give them
+    # back), and its enqueue step, its last example enqueued, waits for that read. The
+    # checkpoint does not wait for it (it holds nothing; rank 1 waits in the checkpoint
+    # for rank 0, so waiting would time out), and restores each rank's stream exactly.
+    paths, _ = await write_files(tmp_path, SIZES)
+    expected = await kept(paths)
+    ns = ray_env.namespace
+    whole = await run_job(paths, ns(), [0.02, 0.0])
+    at = len(whole.batches[0]) - 3
+    before = await run_job(paths, ns(), [0.0, 0.02], checkpoint_at=at)
+    assert before.checkpoint is not None
+    after = await run_job(paths, ns(), [0.02, 0.0], restore=before.checkpoint)
+    for r in range(2):
+        assert before.batches[r] == whole.batches[r][:at]
+        assert after.batches[r] == whole.batches[r][at:], r
+    delivered = [k for job in (before, after) for acked in job.acked for k in acked]
+    dropped = list(collections.Counter(after.drops).elements())
+    assert sorted(delivered + dropped) == sorted(expected)
+
+
 async def test_a_shuffle_checkpoint_restored_with_other_ranks_delivers_each_record_once(
     ray_env: RayEnv, tmp_path: Path
 ) -> None:
