@@ -800,7 +800,9 @@ class EqualSteps:
         #: A ``next()`` call is under way (it joins the tail itself when it gets there).
         self._in_next = False
         self._ended: OutOfRangeError | None = None
-        self._count = 0
+        #: Batches of this epoch so far: a restored batcher's count goes on (ranks restored
+        #: from one job checkpoint may have taken part in it at different steps).
+        self._count = batcher._batches
         self._sample: Comps | None = None
         #: A dynamic_pad batcher's batches are padded to their own largest example: the
         #: pool gets each example's own shape with it, to pad its batches the same way.
