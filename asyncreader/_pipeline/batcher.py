@@ -360,10 +360,24 @@ class Batcher(Generic[BatchT]):
         dtypes = list(config["dtypes"])
         shapes = [tuple(s) for s in config["shapes"]]
         self._queue = self._new_queue(dtypes, shapes)
+        # A rank's pipeline from a job checkpoint in which its input had ended (its
+        # queue closed, or its look-ahead fetch ended): its readers take their restored
+        # leases again all the same, and the input ends when they do. They skip what was
+        # acknowledged and what the buffers hold, and read what was delivered but not
+        # acknowledged at the checkpoint (or dropped by a filter, which drops it again).
+        # Left untaken, those leases would wait for this rank's readers for ever, and
+        # every other rank's reader at the end of the queue with them.
+        checkpointer = current_checkpointer()
+        again = checkpointer is not None and checkpointer.from_job
+        if again and queue_tree.get("closed"):
+            queue_tree = {**queue_tree, "closed": False}
         self._queue._checkpoint_restore(queue_tree)
         for index, comps in tree["pending"]:
             if isinstance(comps, dict) and "error" in comps:  # a look-ahead fetch's error
-                self._sources[index].pending.append(Failed(restore_error(comps["error"])))
+                error = restore_error(comps["error"])
+                if again and isinstance(error, OutOfRangeError):
+                    continue
+                self._sources[index].pending.append(Failed(error))
                 continue
             if isinstance(comps, dict):  # saved as record references
                 snapshot = await self._queue._restore_outside(comps["record_refs"])

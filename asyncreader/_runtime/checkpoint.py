@@ -355,6 +355,9 @@ class Checkpointer:
         #: Awaited before records saved as references are read again (a job restore
         #: learns the work items they may name from the cluster first).
         self._work_gate: Callable[[], Awaitable[None]] | None = None
+        #: The components come from a rank's part of a job checkpoint (see
+        #: :meth:`load_components`).
+        self.from_job = False
         #: Describes the stages, for the message of a pause that does not settle.
         self.describe: Callable[[], str] = str
 
@@ -420,6 +423,7 @@ class Checkpointer:
                 (and, unsigned, checked against them).
         """
         self._saved = dict(components)
+        self.from_job = True
         if gate is not None:
             self._work_gate = gate
             self._vetting = self._key is None  # a signed checkpoint is trusted

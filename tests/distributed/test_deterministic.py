@@ -341,6 +341,31 @@ async def test_a_checkpoint_as_a_ranks_share_runs_out_restores_each_rank_exactly
     assert sorted(delivered + dropped) == sorted(expected)
 
 
+async def test_a_rank_whose_reader_took_part_restores_from_its_own_step(
+    ray_env: RayEnv, tmp_path: Path
+) -> None:
+    # Two steps before the end rank 1 calls checkpoint() at its 12th step while rank 0,
+    # at its 11th, waits for its 12th batch: that comes from the epoch's tail, after
+    # rank 1's share. Rank 0's reader, waiting at the end of the queue, takes part for
+    # it (its later checkpoint() call gets the same bytes): rank 0's part is after 11
+    # steps. Rank 1's reader had read its share to the end. Restored, rank 1's reader
+    # takes its leases again (skipping what its buffers hold) rather than leaving them
+    # to wait for ever, and each rank goes on from its own step of the checkpoint.
+    paths, _ = await write_files(tmp_path, SIZES)
+    ns = ray_env.namespace
+    whole = await run_job(paths, ns(), [0.02, 0.0])
+    at = len(whole.batches[0]) - 2
+    before = await run_job(paths, ns(), [0.0, 0.02], checkpoint_at=at)
+    assert before.checkpoint is not None
+    after = await run_job(paths, ns(), [0.02, 0.0], restore=before.checkpoint)
+    assert after.batches[0] == whole.batches[0][at - 1 :]
+    assert after.batches[1] == whole.batches[1][at:]
+    # Each rank's stream up to its step of the checkpoint, then the restored one, is
+    # the uninterrupted stream: every record once.
+    assert before.batches[0][: at - 1] == whole.batches[0][: at - 1]
+    assert before.batches[1] == whole.batches[1][:at]
+
+
 async def test_a_shuffle_checkpoint_restored_with_other_ranks_delivers_each_record_once(
     ray_env: RayEnv, tmp_path: Path
 ) -> None:
