@@ -113,6 +113,8 @@ class RayBackend:
         self._held_queue: str | None = None
         self._held_known = False
         self._held_lock = anyio.Lock()
+        # The batch counts of this rank's batchers at the job checkpoint restored.
+        self._restored_counts: dict[str, int] = {}
 
     # -- SharedBackend -------------------------------------------------------------------
 
@@ -326,7 +328,24 @@ class RayBackend:
         queue._pooled = True
         steps = EqualSteps(self, queue, batcher, remainder)  # type: ignore[arg-type]
         self._steps.append(steps)
+        restored = self._restored_counts.get(self._count_key(steps))
+        if restored is not None:
+            steps.restore_count(restored)
         return steps
+
+    def _count_key(self, steps: EqualSteps) -> str:
+        """What names ``steps``' batch count in a job checkpoint: its batcher's name and
+        how many batchers of that name came before it in this rank."""
+        what = steps._batcher._what
+        before = sum(1 for s in self._steps[: self._steps.index(steps)] if s._batcher._what == what)
+        return f"{what}#{before}"
+
+    def _with_counts(self, part: dict[str, Any]) -> dict[str, Any]:
+        """``part`` and the batch counts of this rank's batchers (restored with as many
+        ranks, also when its pipeline is not saved)."""
+        if not self._steps:
+            return part
+        return {**part, "batch_counts": {self._count_key(s): s.count for s in self._steps}}
 
     # -- job checkpoints (see job_checkpoint) --------------------------------------------
 
@@ -346,6 +365,14 @@ class RayBackend:
         if job["world_size"] != self.world_size or checkpointer is None:
             return
         part: dict[str, Any] = dict(job["ranks"][self.rank])
+        counts = part.pop("batch_counts", {})
+        if not isinstance(counts, dict) or not all(
+            isinstance(k, str) and isinstance(v, int) and v >= 0 for k, v in counts.items()
+        ):
+            raise InvalidArgumentError(
+                f"malformed job checkpoint (rank {self.rank}'s batch counts: {counts!r:.80})"
+            )
+        self._restored_counts = counts
         pipeline = part.pop("pipeline", None)
         leasing = [name for name, snap in self._restoring.items() if snap.get("leases")]
         # Records of one queue's leases only: a key names its item, not its queue.
@@ -406,6 +433,7 @@ class RayBackend:
             return await self._arrive(number, self._with_pipeline(part), timeout)
 
     async def _arrive(self, number: int, part: dict[str, Any], timeout: float | None) -> Any:  # noqa: ASYNC109
+        part = self._with_counts(part)
         await self.ack([])  # report every reader's position: a restore seeks there
         queues = self._queue_actors()
         ref = self._job.arrive.remote(number, self.rank, self.world_size, part, queues, timeout)
@@ -489,7 +517,7 @@ class RayBackend:
                     else:
                         part = self._with_pipeline(part)
                 ref = self._job.arrive.remote(
-                    number, self.rank, self.world_size, part, queues, None
+                    number, self.rank, self.world_size, self._with_counts(part), queues, None
                 )
                 reply = await self._wait(ref, "job", self._job)
         finally:

@@ -534,7 +534,9 @@ class TailPool:
 
         Returns:
             ``("batch", components, padded rows, structure)``, ``("end", dropped,
-            padded)`` once every rank has its last batch, or ``("wait",)``: ask again.
+            padded)`` once every rank has its last batch, ``("checkpoint", number)``
+            when job checkpoint ``number`` waits for this rank (it takes part from
+            here, see ``LeaseBook.checkpoint_for``), or ``("wait",)``: ask again.
 
         Raises:
             FailedPreconditionError: ``client`` was declared dead or is not in the tail.
@@ -574,6 +576,9 @@ class TailPool:
                     member.count += 1
                     return decided[:4]
                 return decided
+            number = self._book.checkpoint_for(client)
+            if number is not None:
+                return ("checkpoint", number)
             left = deadline - time.monotonic()
             if left <= 0:
                 return ("wait",)
@@ -802,7 +807,7 @@ class EqualSteps:
         self._ended: OutOfRangeError | None = None
         #: Batches of this epoch so far: a restored batcher's count goes on (ranks restored
         #: from one job checkpoint may have taken part in it at different steps).
-        self._count = batcher._batches
+        self._count: int = batcher._batches
         self._sample: Comps | None = None
         #: A dynamic_pad batcher's batches are padded to their own largest example: the
         #: pool gets each example's own shape with it, to pad its batches the same way.
@@ -821,6 +826,17 @@ class EqualSteps:
             # A deterministic job's tail begins for a rank when its own share is read
             # (its input ends), whatever the others do.
             batcher._coord.start_soon(self._watch, name=f"{batcher._what}-tail-watch")
+
+    @property
+    def count(self) -> int:
+        """Batches of this epoch so far (a job checkpoint saves it)."""
+        return self._count
+
+    def restore_count(self, count: int) -> None:
+        """Go on from ``count`` batches (this rank's at a job checkpoint it is restored
+        from): the tail levels ranks by their counts, so a rank restored without its
+        pipeline is not taken for one that has had no batch."""
+        self._count = max(self._count, count)
 
     @property
     def in_tail(self) -> bool:
@@ -906,6 +922,12 @@ class EqualSteps:
                 self.padded += padded
                 self.last_padding = padded
                 return list(comps)
+            if reply[0] == "checkpoint":
+                # A job checkpoint waits for this rank while its trainer waits here, and
+                # the batch it waits for needs ranks that wait in that checkpoint: it
+                # takes part from here (it holds no step), then waits on.
+                await self._backend.join_checkpoint(reply[1])
+                continue
             if reply[0] == "end":
                 self.dropped = reply[1]
                 self._ended = OutOfRangeError(

@@ -481,6 +481,13 @@ class LeaseBook:
         self._wanted = wanted
         self._notify()
 
+    def checkpoint_for(self, client: str) -> int | None:
+        """The job checkpoint ``client`` takes part in from a wait in the epoch's tail
+        (its trainer waits there for a batch, which the ranks the tail waits for cannot
+        make while they wait in that checkpoint for it), as :meth:`checkpoint_wanted`
+        lets a waiting reader take part; ``None``: none waits for it."""
+        return self._join_checkpoint(client)
+
     def _join_checkpoint(self, client: str) -> int | None:
         """The checkpoint ``client``'s waiting reader takes part in, if any (see above)."""
         wanted = self._wanted

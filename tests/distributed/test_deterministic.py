@@ -66,6 +66,7 @@ async def run_rank(
     restore: bytes | None,
     kill_at: int | None,
     dynamic: bool = False,
+    gate: bool = False,
 ) -> None:
     try:
         await steps(
@@ -80,6 +81,7 @@ async def run_rank(
             restore,
             kill_at,
             dynamic,
+            gate,
         )
     except ar.AsyncReaderError:
         if kill_at is None:
@@ -98,6 +100,7 @@ async def steps(
     restore: bytes | None,
     kill_at: int | None,
     dynamic: bool,
+    gate: bool,
 ) -> None:
     ranks = len(job.batches)
     async with ar.Session(
@@ -158,6 +161,8 @@ async def steps(
             await sess.ack([k for k in batch if k])  # padded rows have an empty key
             job.acked[rank] += [k for k in batch if k]
             if checkpoint_at is not None and len(job.batches[rank]) == checkpoint_at:
+                if gate and rank == ranks - 1:
+                    await in_the_pool(work)
                 job.checkpoint = await sess.checkpoint(timeout=60)
                 job.done[rank].set()
                 return  # the job stops here: a restore goes on
@@ -171,6 +176,16 @@ async def steps(
         await job.looked.wait()  # the job's actors go with the last rank out
 
 
+async def in_the_pool(work: Any) -> None:
+    """Wait until rank 0 waits in the epoch's tail for a batch of the plan."""
+    with anyio.fail_after(30):
+        while True:
+            status = await ask(work, "tail_status")
+            if any(client.startswith("0-") for client in status["counts"]):
+                return
+            await anyio.sleep(0.05)
+
+
 async def run_job(
     paths: list[str],
     namespace: str,
@@ -182,11 +197,13 @@ async def run_job(
     restore: bytes | None = None,
     kill: tuple[int, int] | None = None,
     dynamic: bool = False,
+    lease_timeout: float = 60.0,
+    gate: bool = False,
 ) -> Job:
     """Run a deterministic job of ``len(delays)`` ranks (rank ``r`` sleeps ``delays[r]``
     per step); ``kill``: (rank, step) whose anchor is killed in that step."""
     job = Job(len(delays))
-    cluster = ar.RayCluster(namespace=namespace)
+    cluster = ar.RayCluster(namespace=namespace, lease_timeout=lease_timeout)
     with anyio.fail_after(90):
         async with anyio.create_task_group() as tg:
             for r, delay in enumerate(delays):
@@ -195,7 +212,7 @@ async def run_job(
                         run_rank, job, cluster, r, paths, remainder=remainder, delay=delay,
                         shuffle=shuffle, checkpoint_at=checkpoint_at, restore=restore,
                         kill_at=kill[1] if kill is not None and kill[0] == r else None,
-                        dynamic=dynamic,
+                        dynamic=dynamic, gate=gate,
                     )
                 )  # fmt: skip
             if kill is not None:
@@ -366,6 +383,39 @@ async def test_a_rank_whose_reader_took_part_restores_from_its_own_step(
     assert before.batches[1] == whole.batches[1][:at]
 
 
+async def test_a_rank_waiting_in_the_tail_takes_part_in_a_checkpoint(
+    ray_env: RayEnv, tmp_path: Path
+) -> None:
+    # Rank 0's share is read long before rank 1's: its readers stop waiting for rank 1
+    # (lease_timeout after the queue ran empty) and its trainer waits in the tail's pool
+    # for a batch of the plan, which waits for rank 1's share. Rank 1 then calls
+    # checkpoint(): rank 0 takes part from the pool (its part without its pipeline, its
+    # batch count kept). Restored with as many ranks, every record comes once and both
+    # ranks end the epoch with as many batches.
+    paths, _ = await write_files(tmp_path, SIZES)
+    expected = await kept(paths)
+    ns = ray_env.namespace
+    whole = await run_job(paths, ns(), [0.02, 0.0])
+    steps = len(whole.batches[0])
+    at = steps - 2
+    before = await run_job(paths, ns(), [0.0, 0.02], checkpoint_at=at, lease_timeout=2.0, gate=True)
+    assert before.checkpoint is not None
+    from asyncreader._runtime import state_codec
+
+    parts = state_codec.decode(before.checkpoint)["ranks"]
+    assert "pipeline" not in parts[0]  # in the tail: the pool is not saved
+    counts = [part["batch_counts"] for part in parts]
+    assert [list(c.values()) for c in counts] == [[at - 1], [at]]
+    after = await run_job(paths, ns(), [0.02, 0.0], restore=before.checkpoint)
+    # Rank 0's part is after its 11th batch, rank 1's after its 12th.
+    cut = [at - 1, at]
+    assert [cut[r] + len(after.batches[r]) for r in range(2)] == [steps, steps]
+    delivered = [k for r in range(2) for batch in before.batches[r][: cut[r]] for k in batch]
+    delivered += [k for acked in after.acked for k in acked]
+    dropped = list(collections.Counter(after.drops).elements())
+    assert sorted([k for k in delivered if k] + dropped) == sorted(expected)
+
+
 async def test_a_shuffle_checkpoint_restored_with_other_ranks_delivers_each_record_once(
     ray_env: RayEnv, tmp_path: Path
 ) -> None:
@@ -503,6 +553,26 @@ async def test_a_malformed_pipeline_in_a_job_checkpoint_is_refused(
     }
     cluster = ar.RayCluster(namespace=ray_env.namespace())
     with pytest.raises(ar.InvalidArgumentError, match=match):
+        ar.Session(
+            cluster=cluster, world_size=1, deterministic=True, restore=state_codec.encode(tree)
+        )
+
+
+@pytest.mark.parametrize("counts", [[1], {"maybe_batch#0": -1}, {"maybe_batch#0": "4"}])
+async def test_malformed_batch_counts_in_a_job_checkpoint_are_refused(
+    ray_env: RayEnv, counts: Any
+) -> None:
+    from asyncreader._distributed.job_checkpoint import JOB_FORMAT
+    from asyncreader._runtime import state_codec
+
+    tree = {
+        "format": JOB_FORMAT,
+        "world_size": 1,
+        "queues": {},
+        "ranks": [{"batch_counts": counts}],
+    }
+    cluster = ar.RayCluster(namespace=ray_env.namespace())
+    with pytest.raises(ar.InvalidArgumentError, match="rank 0's batch counts"):
         ar.Session(
             cluster=cluster, world_size=1, deterministic=True, restore=state_codec.encode(tree)
         )
