@@ -334,6 +334,30 @@ async def test_a_restore_with_as_many_ranks_continues_each_rank_exactly(
     )
 
 
+async def near_the_end(
+    ray_env: RayEnv, tmp_path: Path, back: int, **options: Any
+) -> tuple[list[bytes], Job, Job, Job, int]:
+    """The records kept, an uninterrupted run, a run checkpointed ``back`` steps before
+    the end of its epoch (``options``: its ``run_job`` options), a restore of that
+    checkpoint, and the checkpoint's step."""
+    paths, _ = await write_files(tmp_path, SIZES)
+    ns = ray_env.namespace
+    whole = await run_job(paths, ns(), [0.02, 0.0])
+    at = len(whole.batches[0]) - back
+    before = await run_job(paths, ns(), [0.0, 0.02], checkpoint_at=at, **options)
+    assert before.checkpoint is not None
+    after = await run_job(paths, ns(), [0.02, 0.0], restore=before.checkpoint)
+    return await kept(paths), whole, before, after, at
+
+
+def once_across(before: Job, cut: list[int], after: Job) -> list[bytes]:
+    """The records delivered before each rank's step of the checkpoint and after the
+    restore, with those the restored job's remainder dropped, sorted."""
+    delivered = [k for r, n in enumerate(cut) for batch in before.batches[r][:n] for k in batch]
+    delivered += [k for acked in after.acked for k in acked]
+    return sorted([k for k in delivered if k] + list(collections.Counter(after.drops).elements()))
+
+
 async def test_a_checkpoint_as_a_ranks_share_runs_out_restores_each_rank_exactly(
     ray_env: RayEnv, tmp_path: Path
 ) -> None:
@@ -342,20 +366,11 @@ async def test_a_checkpoint_as_a_ranks_share_runs_out_restores_each_rank_exactly
     # back), and its enqueue step, its last example enqueued, waits for that read. The
     # checkpoint does not wait for it (it holds nothing; rank 1 waits in the checkpoint
     # for rank 0, so waiting would time out), and restores each rank's stream exactly.
-    paths, _ = await write_files(tmp_path, SIZES)
-    expected = await kept(paths)
-    ns = ray_env.namespace
-    whole = await run_job(paths, ns(), [0.02, 0.0])
-    at = len(whole.batches[0]) - 3
-    before = await run_job(paths, ns(), [0.0, 0.02], checkpoint_at=at)
-    assert before.checkpoint is not None
-    after = await run_job(paths, ns(), [0.02, 0.0], restore=before.checkpoint)
+    expected, whole, before, after, at = await near_the_end(ray_env, tmp_path, 3)
     for r in range(2):
         assert before.batches[r] == whole.batches[r][:at]
         assert after.batches[r] == whole.batches[r][at:], r
-    delivered = [k for job in (before, after) for acked in job.acked for k in acked]
-    dropped = list(collections.Counter(after.drops).elements())
-    assert sorted(delivered + dropped) == sorted(expected)
+    assert once_across(before, [at, at], after) == sorted(expected)
 
 
 async def test_a_rank_whose_reader_took_part_restores_from_its_own_step(
@@ -368,19 +383,12 @@ async def test_a_rank_whose_reader_took_part_restores_from_its_own_step(
     # steps. Rank 1's reader had read its share to the end. Restored, rank 1's reader
     # takes its leases again (skipping what its buffers hold) rather than leaving them
     # to wait for ever, and each rank goes on from its own step of the checkpoint.
-    paths, _ = await write_files(tmp_path, SIZES)
-    ns = ray_env.namespace
-    whole = await run_job(paths, ns(), [0.02, 0.0])
-    at = len(whole.batches[0]) - 2
-    before = await run_job(paths, ns(), [0.0, 0.02], checkpoint_at=at)
-    assert before.checkpoint is not None
-    after = await run_job(paths, ns(), [0.02, 0.0], restore=before.checkpoint)
-    assert after.batches[0] == whole.batches[0][at - 1 :]
-    assert after.batches[1] == whole.batches[1][at:]
-    # Each rank's stream up to its step of the checkpoint, then the restored one, is
-    # the uninterrupted stream: every record once.
-    assert before.batches[0][: at - 1] == whole.batches[0][: at - 1]
-    assert before.batches[1] == whole.batches[1][:at]
+    expected, whole, before, after, at = await near_the_end(ray_env, tmp_path, 2)
+    cut = [at - 1, at]
+    for r in range(2):
+        assert before.batches[r][: cut[r]] == whole.batches[r][: cut[r]]
+        assert after.batches[r] == whole.batches[r][cut[r] :], r
+    assert once_across(before, cut, after) == sorted(expected)
 
 
 async def test_a_rank_waiting_in_the_tail_takes_part_in_a_checkpoint(
@@ -392,28 +400,21 @@ async def test_a_rank_waiting_in_the_tail_takes_part_in_a_checkpoint(
     # checkpoint(): rank 0 takes part from the pool (its part without its pipeline, its
     # batch count kept). Restored with as many ranks, every record comes once and both
     # ranks end the epoch with as many batches.
-    paths, _ = await write_files(tmp_path, SIZES)
-    expected = await kept(paths)
-    ns = ray_env.namespace
-    whole = await run_job(paths, ns(), [0.02, 0.0])
-    steps = len(whole.batches[0])
-    at = steps - 2
-    before = await run_job(paths, ns(), [0.0, 0.02], checkpoint_at=at, lease_timeout=2.0, gate=True)
-    assert before.checkpoint is not None
     from asyncreader._runtime import state_codec
 
+    expected, whole, before, after, at = await near_the_end(
+        ray_env, tmp_path, 2, lease_timeout=2.0, gate=True
+    )
+    assert before.checkpoint is not None
     parts = state_codec.decode(before.checkpoint)["ranks"]
     assert "pipeline" not in parts[0]  # in the tail: the pool is not saved
     counts = [part["batch_counts"] for part in parts]
     assert [list(c.values()) for c in counts] == [[at - 1], [at]]
-    after = await run_job(paths, ns(), [0.02, 0.0], restore=before.checkpoint)
     # Rank 0's part is after its 11th batch, rank 1's after its 12th.
     cut = [at - 1, at]
+    steps = len(whole.batches[0])
     assert [cut[r] + len(after.batches[r]) for r in range(2)] == [steps, steps]
-    delivered = [k for r in range(2) for batch in before.batches[r][: cut[r]] for k in batch]
-    delivered += [k for acked in after.acked for k in acked]
-    dropped = list(collections.Counter(after.drops).elements())
-    assert sorted([k for k in delivered if k] + dropped) == sorted(expected)
+    assert once_across(before, cut, after) == sorted(expected)
 
 
 async def test_a_shuffle_checkpoint_restored_with_other_ranks_delivers_each_record_once(
