@@ -251,11 +251,17 @@ class QueueHost:
         return ("ok",)
 
     def tail_push(
-        self, client: str, comps: Any, keys: list[bytes] | None, ended: bool, shapes: Any = None
+        self,
+        client: str,
+        comps: Any,
+        keys: list[bytes] | None,
+        ended: bool,
+        shapes: Any = None,
+        again: bool = False,
     ) -> Any:
         """A rank's examples for the pool (see :meth:`TailPool.push`)."""
         try:
-            self._tail.push(client, comps, keys, ended, shapes)
+            self._tail.push(client, comps, keys, ended, shapes, again=again)
         except AsyncReaderError as exc:
             return ("error", type(exc).__name__, str(exc))
         return ("ok",)

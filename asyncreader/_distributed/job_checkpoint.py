@@ -39,8 +39,10 @@ tail saves them as leases, and the pool is not saved.
 In a deterministic job each rank's part also holds its *pipeline* (its batchers' and
 local queues' contents, reader records as references), saved while its stage tasks are
 paused, from before its positions are reported until the cut, so that buffers, positions
-and acknowledgements describe one moment. A rank in the epoch's tail, or whose pipeline
-holds elements it cannot name as reader records, saves none. Restored with as many
+and acknowledgements describe one moment. A rank in the epoch's tail saves one once every
+example it read is in the tail's pool, with those examples (see
+``EqualSteps.tail_state``); a rank still pushing, or whose pipeline holds elements it
+cannot name as reader records, saves none. Restored with as many
 ranks (and deterministic), a rank restores its pipeline, and tells the queue's actor
 which records of which items its buffers hold (:func:`held_records`, derived from the
 references themselves): every reader of those items skips them while that rank lives
@@ -256,9 +258,10 @@ class ItemLog:
             await queue.enqueue_many(list(values[start:stop]))
 
     async def lease_items(self, within: float) -> list[bytes] | None:
-        """The work items of the restored checkpoint's leases, once the program has
-        enqueued the items again (``None`` if that takes longer than ``within`` s): the
-        files a restoring rank's pipeline may hold records of."""
+        """The work items readers had taken at the restored checkpoint (its leases', and
+        those done before), once the program has enqueued the items again (``None`` if
+        that takes longer than ``within`` s): the files a restoring rank's pipeline may
+        hold records of (a rank in the epoch's tail holds records of items done)."""
         deadline = time.monotonic() + within
         while self.restored is None or self.values is None:
             if time.monotonic() > deadline:
@@ -267,7 +270,9 @@ class ItemLog:
         restored, values = self.restored, self.values
         if "examples" in restored:
             return []
-        return [work_item_bytes(values[lease[0]]) for lease in restored["leases"]]
+        taken = {int(lease[0]) for lease in restored["leases"]}
+        taken.update(range(int(restored["queued"][0])))
+        return [work_item_bytes(values[index]) for index in sorted(taken)]
 
     def close_check(self, name: str) -> None:
         """A close while a restore still waits for items: the program gave too few.

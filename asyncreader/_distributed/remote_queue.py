@@ -381,6 +381,10 @@ class RayBackend:
             return
         held = held_records(pipeline, self.rank)
         if held and not leasing:
+            # Every lease done: a rank in the epoch's tail holds records of items done
+            # (pushed to the pool), of the job's one work queue.
+            leasing = [name for name, snap in self._restoring.items() if "examples" not in snap]
+        if held and len(leasing) != 1:
             raise InvalidArgumentError(
                 f"malformed job checkpoint (rank {self.rank}'s pipeline holds records, "
                 "and no work item is leased in it)"
@@ -445,8 +449,9 @@ class RayBackend:
 
     def _saves_pipeline(self) -> bool:
         """Whether this rank's part of a job checkpoint holds its pipeline: in a
-        deterministic job, before the epoch's tail (the pool is not saved)."""
-        return self.deterministic and not any(s.in_tail for s in self._steps)
+        deterministic job, before the epoch's tail or once its examples are all in the
+        tail's pool (which its batchers then save as references)."""
+        return self.deterministic and all(not s.in_tail or s.savable for s in self._steps)
 
     def _with_pipeline(self, part: dict[str, Any]) -> dict[str, Any]:
         """``part`` and, unless it holds examples it cannot name, the rank's pipeline

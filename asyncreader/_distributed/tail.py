@@ -65,6 +65,7 @@ from .._errors import (
     InvalidArgumentError,
     OutOfRangeError,
 )
+from .._runtime.checkpoint import note_payload
 from .schedule import rank_of
 
 if TYPE_CHECKING:
@@ -494,9 +495,13 @@ class TailPool:
         keys: list[bytes] | None,
         ended: bool,
         shapes: Comps | None = None,
+        *,
+        again: bool = False,
     ) -> None:
         """Add examples ``client`` read; ``ended``: its input has ended. ``shapes``: a
         ``dynamic_pad`` batcher's examples' own shapes (see :class:`_Chunk`).
+        ``again``: examples the rank had pushed before the job checkpoint it is
+        restored from (see ``LeaseBook.pooled``).
 
         Raises:
             FailedPreconditionError: ``client`` was declared dead or is not in the tail.
@@ -510,7 +515,7 @@ class TailPool:
             if keys:
                 # Not read again if the rank dies: the pool delivers them (checked first,
                 # so a refused push marks nothing).
-                self._book.pooled(keys)
+                self._book.pooled(keys, again=again)
             chunk = _Chunk(comps, keys, (rank_of(client), member.pushes), shapes)
             member.pushes += 1
             if self._final is not None or self._level >= 0:
@@ -819,6 +824,19 @@ class EqualSteps:
         self._laid_out = False
         #: Every example this rank read is in the pool (or was handed out before).
         self.pushed_all = False
+        #: What a deterministic job's checkpoint keeps of this rank in the tail (see
+        #: :meth:`tail_state`): its count when it joined, the examples it pushed (flat
+        #: components, and their own shapes with dynamic_pad), its last local batch.
+        self._join_count = 0
+        self._pushed: list[tuple[Comps, Comps | None]] = []
+        self._window: tuple[Comps | None, Comps | None] = (None, None)
+        #: Restored from such a checkpoint: this rank joins again as it had, pushes the
+        #: same examples, and skips the planned batches it had taken.
+        self._restored: dict[str, Any] | None = batcher._tail_restore
+        self._skip = 0
+        if self._restored is not None:
+            batcher._tail_restore = None
+            self._tail.set()
         self.padded = 0
         self.last_padding = 0
         self.dropped = 0
@@ -837,6 +855,59 @@ class EqualSteps:
         from): the tail levels ranks by their counts, so a rank restored without its
         pipeline is not taken for one that has had no batch."""
         self._count = max(self._count, count)
+
+    @property
+    def savable(self) -> bool:
+        """Whether a deterministic job's checkpoint can keep this rank's part of the tail
+        (:meth:`tail_state`): it joined, and every example it read is in the pool."""
+        return self._backend.deterministic and self._joined and self.pushed_all
+
+    def tail_state(self) -> dict[str, Any] | None:
+        """This rank's part of the tail, for a deterministic job's checkpoint (saved with
+        the batcher, while the pipeline is paused): the count it joined with, the
+        examples it pushed and its last local batch as record references. The pool plans
+        from nothing else, so a restore that pushes them again with that count gets the
+        same plan. ``None`` before the tail; also when they cannot be named as reader
+        records (the pipeline is then not saved)."""
+        if not self._backend.deterministic or not self._joined:
+            return None
+        queue = self._batcher._queue
+        pushed = [self._references(queue, comps, shapes) for comps, shapes in self._pushed]
+        sample, shapes = self._window
+        window = None if sample is None else self._references(queue, sample, shapes)
+        if any(p is None for p in pushed) or (sample is not None and window is None):
+            note_payload(self._batcher._what)
+            return None
+        return {"joined": self._join_count, "pushed": pushed, "window": window}
+
+    @staticmethod
+    def _references(queue: Any, comps: Comps, shapes: Comps | None) -> Any:
+        """``comps`` (a batch of examples) as the batcher's queue saves its elements: record
+        references, or ``None`` when it saves payloads."""
+        if shapes is None:
+            return queue._save_outside({"stacked": list(comps)})
+        rows = []
+        for i in range(len(comps[0])):
+            row = []
+            for comp, dims in zip(comps, shapes, strict=True):
+                value = comp[i]
+                if dims.shape[1]:  # cut to the example's own shape (the rest is padding)
+                    value = value[tuple(slice(0, int(d)) for d in dims[i])]
+                row.append(value)
+            rows.append(row)
+        return queue._save_outside({"rows": rows})
+
+    async def _reread(self, saved: Any) -> tuple[Comps, Comps | None]:
+        """The examples :meth:`_references` saved, read again (each record checked)."""
+        queue = self._batcher._queue
+        snapshot = await queue._restore_outside(saved)
+        if "stacked" in snapshot:
+            return [np.asarray(c) for c in snapshot["stacked"]], None
+        # A dynamic_pad batcher's examples, each of its own shape: padded as its queue
+        # pads a batch, with their shapes.
+        codec = queue._codec
+        rows = codec.restore_rows(snapshot)
+        return self._flat(codec.decode_many(rows)), codec.row_shapes(rows)
 
     @property
     def in_tail(self) -> bool:
@@ -913,6 +984,11 @@ class EqualSteps:
             if reply[0] == "batch":
                 self._confirm = self._rid
                 _, comps, padded, structure = reply
+                if self._skip:
+                    # Taken before the checkpoint this rank is restored from (counted).
+                    self._skip -= 1
+                    self.padded += padded
+                    continue
                 batcher = self._batcher
                 if batcher._structure is None and structure is not None:
                     from .._pipeline.structure import Structure
@@ -1019,10 +1095,21 @@ class EqualSteps:
             refs = None
         self._key_index = None if refs is None else refs.key
         config = (batcher._batch_size, self._remainder, self._backend.world_size)
+        count = self._count
+        restored = self._restored
+        if restored is not None:
+            # As it joined before the checkpoint: the planned batches it had taken since
+            # are taken again, and skipped.
+            count = restored["joined"]
+            self._skip = max(0, self._count - count)
+            if restored["window"] is not None:
+                self._sample, self._sample_shapes = await self._reread(restored["window"])
+        self._join_count = count
+        self._window = (self._sample, self._sample_shapes)
         await self._call(
             "tail_join",
             self._backend._client,
-            self._count,
+            count,
             config,
             self._key_index,
             self._sample,
@@ -1040,6 +1127,10 @@ class EqualSteps:
         client = self._backend._client
         size = batcher._batch_size
         try:
+            restored, self._restored = self._restored, None
+            for saved in [] if restored is None else restored["pushed"]:
+                # Pushed before the checkpoint: again, first, so in the same order.
+                await self._push_chunk(client, *await self._reread(saved), again=True)
             while queue is not None:
                 shapes = None
                 try:
@@ -1049,16 +1140,22 @@ class EqualSteps:
                         out = await queue.dequeue_up_to(size)
                 except OutOfRangeError:
                     break
-                comps = self._flat(out)
-                keys = None
-                if self._key_index is not None:
-                    keys = [bytes(k) for k in comps[self._key_index]]
-                await self._call("tail_push", client, comps, keys, False, shapes)
+                await self._push_chunk(client, self._flat(out), shapes)
             await self._call("tail_push", client, None, None, True)
             self.pushed_all = True
         except AsyncReaderError as exc:
             self._pusher_error = exc
             raise
+
+    async def _push_chunk(
+        self, client: str, comps: Comps, shapes: Comps | None, *, again: bool = False
+    ) -> None:
+        if self._backend.deterministic:
+            self._pushed.append((comps, shapes))  # kept by a checkpoint (tail_state)
+        keys = None
+        if self._key_index is not None:
+            keys = [bytes(k) for k in comps[self._key_index]]
+        await self._call("tail_push", client, comps, keys, False, shapes, again)
 
     def _flat(self, out: Any) -> Comps:
         structure = self._batcher._structure_or_fail()

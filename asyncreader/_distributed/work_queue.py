@@ -764,15 +764,24 @@ class LeaseBook:
         if ledger and self._ledger is not None:
             self._ledger.update(keys)
 
-    def pooled(self, keys: list[bytes]) -> None:
+    def pooled(self, keys: list[bytes], *, again: bool = False) -> None:
         """Records ``keys`` moved to the tail pool: a rank taking their item over after
-        its reader's death skips them (the pool delivers them)."""
-        for lease, group in self._match(keys):
+        its reader's death skips them (the pool delivers them). ``again``: a rank
+        restored in the tail pushes the examples it had pushed before the checkpoint,
+        some of which other ranks had acknowledged then: keys of leases settled since
+        are left out (else they are refused).
+
+        Raises:
+            InvalidArgumentError: a key is a record of no item the queue leased.
+        """
+        for lease, group in self._match(keys, settled_ok=again):
             lease.pooled.update(group)
 
     def dropped(self, keys: list[bytes]) -> None:
-        """Records ``keys`` dropped by the tail's remainder: done, not delivered."""
-        for lease, group in self._match(keys):
+        """Records ``keys`` dropped by the tail's remainder: done, not delivered (those
+        done before, as in a tail planned again after a restore, count once)."""
+        for lease, group in self._match(keys, settled_ok=True):
+            group = [key for key in group if key not in lease.consumed]
             self._credit(lease, group, ledger=False)
             if self._drops is not None:
                 self._drops.update(group)

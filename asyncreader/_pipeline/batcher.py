@@ -82,6 +82,10 @@ class StepSource(Protocol):
         """The next batch's flat components; ``OutOfRangeError`` at the epoch's end."""
         ...
 
+    def tail_state(self) -> dict[str, Any] | None:
+        """What a job checkpoint keeps of the batcher's part of the epoch's tail."""
+        ...
+
 
 #: Which queue a batcher makes: FIFOQueue, PaddingFIFOQueue or RandomShuffleQueue.
 QueueKind = Literal["fifo", "padding", "shuffle"]
@@ -217,6 +221,7 @@ class Batcher(Generic[BatchT]):
         "_steps",
         "_steps_backend",
         "_structure",
+        "_tail_restore",
         "_what",
     )
 
@@ -271,6 +276,9 @@ class Batcher(Generic[BatchT]):
         self._dropped = DropCount()
         self._batches = 0
         self._restore: Any = None
+        #: The rank's part of the epoch's tail in a job checkpoint restored (see
+        #: ``EqualSteps.tail_state``), for its step source.
+        self._tail_restore: Any = None
         self._record_refs = as_record_refs(spec.record_refs)
         remainder = spec.remainder
         if remainder is None:
@@ -434,13 +442,17 @@ class Batcher(Generic[BatchT]):
                 else:
                     note_payload(self._what)
                     pending.append([source.index, comps])
-        return {
+        tree = {
             **header,
             "structure": structure.to_state(),
             "queue": queue._checkpoint_save(),
             "pending": pending,
             "counters": counters,
         }
+        tail = self._steps.tail_state() if self._steps else None
+        if tail is not None:
+            tree["tail"] = tail
+        return tree
 
     def _checkpoint_restore(self, tree: Any) -> None:
         try:
@@ -454,6 +466,18 @@ class Batcher(Generic[BatchT]):
                 f"{self._what} (batch_size {self._batch_size})"
             )
         self._dropped.value, self._batches = dropped, batches
+        tail = tree.get("tail")
+        if tail is not None:
+            joined, pushed, window = tail.get("joined"), tail.get("pushed"), tail.get("window")
+            if not (
+                isinstance(joined, int)
+                and 0 <= joined <= batches
+                and isinstance(pushed, list)
+                and all(isinstance(p, dict) for p in pushed)
+                and (window is None or isinstance(window, dict))
+            ):
+                raise InvalidArgumentError(f"{self._what}: malformed checkpoint of its tail")
+            self._tail_restore = tail
         if tree["queue"] is not None:
             self._restore = tree
 

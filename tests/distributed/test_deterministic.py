@@ -335,19 +335,19 @@ async def test_a_restore_with_as_many_ranks_continues_each_rank_exactly(
 
 
 async def near_the_end(
-    ray_env: RayEnv, tmp_path: Path, back: int, **options: Any
+    ray_env: RayEnv, tmp_path: Path, back: int, shuffle: bool | str = False, **options: Any
 ) -> tuple[list[bytes], Job, Job, Job, int]:
     """The records kept, an uninterrupted run, a run checkpointed ``back`` steps before
     the end of its epoch (``options``: its ``run_job`` options), a restore of that
     checkpoint, and the checkpoint's step."""
-    paths, _ = await write_files(tmp_path, SIZES)
+    paths, keys = await write_files(tmp_path, SIZES)
     ns = ray_env.namespace
-    whole = await run_job(paths, ns(), [0.02, 0.0])
+    whole = await run_job(paths, ns(), [0.02, 0.0], shuffle=shuffle)
     at = len(whole.batches[0]) - back
-    before = await run_job(paths, ns(), [0.0, 0.02], checkpoint_at=at, **options)
+    before = await run_job(paths, ns(), [0.0, 0.02], shuffle=shuffle, checkpoint_at=at, **options)
     assert before.checkpoint is not None
-    after = await run_job(paths, ns(), [0.02, 0.0], restore=before.checkpoint)
-    return await kept(paths), whole, before, after, at
+    after = await run_job(paths, ns(), [0.02, 0.0], shuffle=shuffle, restore=before.checkpoint)
+    return keys if shuffle == "plain" else await kept(paths), whole, before, after, at
 
 
 def once_across(before: Job, cut: list[int], after: Job) -> list[bytes]:
@@ -391,29 +391,35 @@ async def test_a_rank_whose_reader_took_part_restores_from_its_own_step(
     assert once_across(before, cut, after) == sorted(expected)
 
 
+@pytest.mark.parametrize("shuffle", [False, True], ids=["batch", "maybe-shuffle"])
 async def test_a_rank_waiting_in_the_tail_takes_part_in_a_checkpoint(
-    ray_env: RayEnv, tmp_path: Path
+    ray_env: RayEnv, tmp_path: Path, shuffle: bool
 ) -> None:
     # Rank 0's share is read long before rank 1's: its readers stop waiting for rank 1
     # (lease_timeout after the queue ran empty) and its trainer waits in the tail's pool
     # for a batch of the plan, which waits for rank 1's share. Rank 1 then calls
-    # checkpoint(): rank 0 takes part from the pool (its part without its pipeline, its
-    # batch count kept). Restored with as many ranks, every record comes once and both
-    # ranks end the epoch with as many batches.
+    # checkpoint(): rank 0 takes part from the pool, its part holding what it pushed to
+    # the pool (as record references, in the order its shuffle gave them) and the count
+    # it joined with. Restored with as many ranks, it pushes the same examples again,
+    # the tail's plan is the same, and each rank goes on exactly.
     from asyncreader._runtime import state_codec
 
     expected, whole, before, after, at = await near_the_end(
-        ray_env, tmp_path, 2, lease_timeout=2.0, gate=True
+        ray_env, tmp_path, 2, shuffle, lease_timeout=2.0, gate=True
     )
     assert before.checkpoint is not None
     parts = state_codec.decode(before.checkpoint)["ranks"]
-    assert "pipeline" not in parts[0]  # in the tail: the pool is not saved
     counts = [part["batch_counts"] for part in parts]
     assert [list(c.values()) for c in counts] == [[at - 1], [at]]
+    [tail] = [b["tail"] for b in parts[0]["pipeline"].values() if "tail" in b]
+    assert tail["joined"] == at - 1
+    assert tail["pushed"]
+    assert tail["window"] is not None
     # Rank 0's part is after its 11th batch, rank 1's after its 12th.
     cut = [at - 1, at]
-    steps = len(whole.batches[0])
-    assert [cut[r] + len(after.batches[r]) for r in range(2)] == [steps, steps]
+    for r in range(2):
+        assert before.batches[r][: cut[r]] == whole.batches[r][: cut[r]]
+        assert after.batches[r] == whole.batches[r][cut[r] :], r
     assert once_across(before, cut, after) == sorted(expected)
 
 

@@ -29,6 +29,7 @@ def _steps(batches: int, calls: list[tuple[str, tuple[Any, ...]]]) -> EqualSteps
     batcher: Any = SimpleNamespace(
         _kind="fifo",
         _batches=batches,
+        _tail_restore=None,
         _structure=None,
         _queue=None,
         _batch_size=8,

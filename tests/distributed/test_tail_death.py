@@ -155,3 +155,31 @@ async def test_the_records_of_a_settled_item_count_as_acknowledged() -> None:
     assert book.unacked(keys) == []
     with pytest.raises(ar.InvalidArgumentError, match="not a record of a work item"):
         book.pooled([b"part-9:0"])  # a key of no item at all is still refused elsewhere
+
+
+async def test_a_restored_ranks_pushes_and_drops_of_settled_items_count_once() -> None:
+    # A rank restored in the epoch's tail pushes again what it had pushed before the
+    # checkpoint; other ranks had acknowledged some of it, and its item is settled. The
+    # push marks nothing there, and the restored tail's remainder dropping records that
+    # were dropped or acknowledged before counts none of them again.
+    queue = ar.FIFOQueue(None)
+    await queue.enqueue_many(["part-0"])
+    await queue.close()
+    book = LeaseBook(queue, "files")
+    book.keep_ledger()
+    book._ranks["0-a"] = Rank(60.0, time.monotonic())
+    with anyio.fail_after(5):
+        got = await book.lease("0-a", [])
+    assert isinstance(got, tuple)
+    keys = [b"part-0:0", b"part-0:1", b"part-0:2"]
+    book.ack("0-a", [(got[0], 3, None, 0, keys[:2])])
+    book.dropped(keys[2:])  # the remainder: the lease is settled
+    with anyio.fail_after(5), pytest.raises(ar.OutOfRangeError):
+        await book.lease("0-a", [(got[0], 3)])
+    assert book.status()["leases"] == []
+    with pytest.raises(ar.InvalidArgumentError, match="not a record of a work item"):
+        book.pooled(keys)  # a first push of them would be a mistake
+    book.pooled(keys, again=True)
+    book.dropped(keys)
+    assert book.drops() == {b"part-0:2": 1}
+    assert book.ledger() == {b"part-0:0": 1, b"part-0:1": 1}
