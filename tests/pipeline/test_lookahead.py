@@ -339,3 +339,31 @@ async def test_a_source_error_found_ahead_is_restored_from_a_checkpoint() -> Non
         assert state is not None
         with pytest.raises(ar.AsyncReaderError, match="raised ValueError: bad chunk"):
             await run(state)
+
+
+@pytest.mark.parametrize(
+    "tail",
+    [{"joined": -1, "pushed": [], "window": None}, {"joined": 0, "pushed": 3, "window": None},
+     {"joined": 0, "pushed": [], "window": [1]}, {"joined": 99, "pushed": [], "window": None}],
+)  # fmt: skip
+async def test_a_malformed_tail_in_a_batchers_checkpoint_is_refused(tail: dict[str, Any]) -> None:
+    # A batcher of a rank in a job's tail saves its part of it (see the scale-out guide);
+    # a checkpoint whose part is malformed is refused, naming the batcher.
+    from asyncreader._runtime import state_codec
+
+    async def run(restore: bytes | None) -> bytes:
+        async with ar.Session(restore=restore) as sess:
+            b = ar.batch(Chunks(10), 2, capacity=CHUNK, enqueue_many=True)
+            await b.dequeue()
+            state = await sess.checkpoint()
+        return state
+
+    with anyio.fail_after(5):
+        state = await run(None)
+        tree = state_codec.decode(state)
+        [key] = [k for k in tree["components"] if k.startswith("batcher")]
+        tree["components"][key]["tail"] = tail
+        with pytest.raises(
+            ar.InvalidArgumentError, match="batch: malformed checkpoint of its tail"
+        ):
+            await run(state_codec.encode(tree))
