@@ -214,12 +214,20 @@ class QueueBase(QueueCheckpointing, BatchedDequeue, SharedResource, Generic[Elem
 
         Unlike ``statistics()``, attempts already woken (about to run) are not counted,
         so a snapshot taken between a wakeup and its task running shows no false stall.
+        A woken ``dequeue_many`` that will take what is there and wait again still counts:
+        taking elements one by one as they arrive, it is starved all along.
         O(waiters): for diagnostics, never the hot path.
         """
         return (
             sum(1 for w in self._enqueuers if not w.woken),
-            sum(1 for w in self._dequeuers if not w.woken),
+            sum(1 for w in self._dequeuers if not w.woken or self._still_short(w)),
         )
+
+    def _still_short(self, w: Attempt) -> bool:
+        """Whether woken dequeue ``w``, still in its wait, will find too few elements."""
+        if not w.since or self._closed:
+            return False
+        return len(self._buf) - self._hold < w.need - len(w.taken)
 
     def _stage_statistics(self) -> StageStatistics:
         """Where the queue's tasks are, for the runtime's stage statistics."""

@@ -45,10 +45,12 @@ async def test_watch_shows_the_stages_and_the_starving_one(
                 # Slow decoding: the batch queue starves. The loop takes each batch in an
                 # instant and waits 0.2 s for the next, so a sample (an instant on the same
                 # event loop) finds it waiting even when a wake-up is late on a busy machine.
-                await anyio.sleep(0.05)
+                # Only a sample landing between the batch's last example and the loop taking
+                # it finds nobody blocked: one example in eight.
+                await anyio.sleep(0.025)
                 return (line,)
 
-            batches = ar.batch(example, batch_size=4, capacity=16)
+            batches = ar.batch(example, batch_size=8, capacity=16)
 
             async def train() -> None:
                 async for _ in batches:

@@ -75,6 +75,29 @@ async def test_a_woken_waiter_is_not_reported_blocked() -> None:
             assert (stage.state, stage.tasks_blocked_dequeue) == ("idle", 0)
 
 
+@pytest.mark.both_backends
+async def test_a_dequeue_many_woken_for_part_of_its_batch_is_still_starved() -> None:
+    with anyio.fail_after(10):
+        async with ar.Session() as sess, anyio.create_task_group() as tg:
+            q = ar.FIFOQueue(8)
+            tg.start_soon(q.dequeue_many, 4)
+            await anyio.wait_all_tasks_blocked()
+            # Wakes the dequeue_many, which has not run yet: it will take one element and
+            # wait for three more.
+            await q.enqueue(1)
+            (stage,) = sess.stage_statistics()
+            assert (stage.state, stage.tasks_blocked_dequeue) == ("starved", 1)
+            await anyio.wait_all_tasks_blocked()
+            assert q.size() == 0
+            (stage,) = sess.stage_statistics()
+            assert (stage.state, stage.tasks_blocked_dequeue) == ("starved", 1)
+            # Woken with its batch complete, it is about to run: not blocked.
+            await q.enqueue_many([2, 3, 4])
+            (stage,) = sess.stage_statistics()
+            assert (stage.state, stage.tasks_blocked_dequeue) == ("idle", 0)
+            tg.cancel_scope.cancel()
+
+
 class _AsyncHookReader(ar.ReaderBase):
     """A reader whose records wait for an event (a coroutine hook, on the event loop)."""
 
