@@ -39,10 +39,10 @@ tail saves them as leases, and the pool is not saved.
 In a deterministic job each rank's part also holds its *pipeline* (its batchers' and
 local queues' contents, reader records as references), saved while its stage tasks are
 paused, from before its positions are reported until the cut, so that buffers, positions
-and acknowledgements describe one moment. A rank in the epoch's tail saves one once every
-example it read is in the tail's pool, with those examples (see
-``EqualSteps.tail_state``); a rank still pushing, or whose pipeline holds elements it
-cannot name as reader records, saves none. Restored with as many
+and acknowledgements describe one moment. A rank in the epoch's tail saves one with the
+examples it pushed to the tail's pool (see ``EqualSteps.tail_state``; the others are in
+its local queue); a rank whose pipeline holds elements it cannot name as reader records
+saves none. Restored with as many
 ranks (and deterministic), a rank restores its pipeline, and tells the queue's actor
 which records of which items its buffers hold (:func:`held_records`, derived from the
 references themselves): every reader of those items skips them while that rank lives

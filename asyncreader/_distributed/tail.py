@@ -829,6 +829,9 @@ class EqualSteps:
         #: components, and their own shapes with dynamic_pad), its last local batch.
         self._join_count = 0
         self._pushed: list[tuple[Comps, Comps | None]] = []
+        #: A restored rank's examples pushed before its checkpoint, as saved, while they
+        #: wait to be read and pushed again (a checkpoint meanwhile saves them as they are).
+        self._repush: list[Any] = []
         self._window: tuple[Comps | None, Comps | None] = (None, None)
         #: Restored from such a checkpoint: this rank joins again as it had, pushes the
         #: same examples, and skips the planned batches it had taken.
@@ -859,8 +862,10 @@ class EqualSteps:
     @property
     def savable(self) -> bool:
         """Whether a deterministic job's checkpoint can keep this rank's part of the tail
-        (:meth:`tail_state`): it joined, and every example it read is in the pool."""
-        return self._backend.deterministic and self._joined and self.pushed_all
+        (:meth:`tail_state`): it joined. Each example it read is then pushed to the pool
+        (saved as pushed) or still in its local queue (saved with the queue): the pusher
+        moves a chunk from one to the other without a pause between."""
+        return self._backend.deterministic and self._joined
 
     def tail_state(self) -> dict[str, Any] | None:
         """This rank's part of the tail, for a deterministic job's checkpoint (saved with
@@ -873,6 +878,7 @@ class EqualSteps:
             return None
         queue = self._batcher._queue
         pushed = [self._references(queue, comps, shapes) for comps, shapes in self._pushed]
+        pushed += self._repush  # still to be pushed again, in their order
         sample, shapes = self._window
         window = None if sample is None else self._references(queue, sample, shapes)
         if any(p is None for p in pushed) or (sample is not None and window is None):
@@ -1128,9 +1134,13 @@ class EqualSteps:
         size = batcher._batch_size
         try:
             restored, self._restored = self._restored, None
-            for saved in [] if restored is None else restored["pushed"]:
-                # Pushed before the checkpoint: again, first, so in the same order.
-                await self._push_chunk(client, *await self._reread(saved), again=True)
+            self._repush = [] if restored is None else list(restored["pushed"])
+            while self._repush:
+                # Pushed before the checkpoint: again, first, so in the same order. Taken
+                # off the list as it joins the pushed ones, with no pause between.
+                comps, shapes = await self._reread(self._repush[0])
+                del self._repush[0]
+                await self._push_chunk(client, comps, shapes, again=True)
             while queue is not None:
                 shapes = None
                 try:
@@ -1150,8 +1160,10 @@ class EqualSteps:
     async def _push_chunk(
         self, client: str, comps: Comps, shapes: Comps | None, *, again: bool = False
     ) -> None:
+        # Kept by a checkpoint (tail_state) from the moment the chunk left the local queue
+        # or the restored list: appended before this coroutine first suspends.
         if self._backend.deterministic:
-            self._pushed.append((comps, shapes))  # kept by a checkpoint (tail_state)
+            self._pushed.append((comps, shapes))
         keys = None
         if self._key_index is not None:
             keys = [bytes(k) for k in comps[self._key_index]]

@@ -411,7 +411,7 @@ async def test_a_rank_waiting_in_the_tail_takes_part_in_a_checkpoint(
     parts = state_codec.decode(before.checkpoint)["ranks"]
     counts = [part["batch_counts"] for part in parts]
     assert [list(c.values()) for c in counts] == [[at - 1], [at]]
-    [tail] = [b["tail"] for b in parts[0]["pipeline"].values() if "tail" in b]
+    tail = tail_part(before.checkpoint, 0)
     assert tail["joined"] == at - 1
     assert tail["pushed"]
     assert tail["window"] is not None
@@ -421,6 +421,89 @@ async def test_a_rank_waiting_in_the_tail_takes_part_in_a_checkpoint(
         assert before.batches[r][: cut[r]] == whole.batches[r][: cut[r]]
         assert after.batches[r] == whole.batches[r][cut[r] :], r
     assert once_across(before, cut, after) == sorted(expected)
+
+
+def slowed_in_the_tail(monkeypatch: pytest.MonkeyPatch, method: str, seconds: float) -> list[bool]:
+    """Make rank 0's tail calls of ``method`` (``"tail_push"``, or ``"reread"`` for the
+    examples a restored rank pushes again) take ``seconds`` longer while the flag the
+    result holds is set."""
+    from asyncreader._distributed.tail import EqualSteps
+
+    on = [False]
+    call, reread = EqualSteps._call, EqualSteps._reread
+
+    async def slow_call(self: EqualSteps, name: str, *args: Any) -> Any:
+        if on[0] and name == method and self._backend.rank == 0:
+            await anyio.sleep(seconds)
+        return await call(self, name, *args)
+
+    async def slow_reread(self: EqualSteps, saved: Any) -> Any:
+        if on[0] and method == "reread" and self._backend.rank == 0 and self._joined:
+            await anyio.sleep(seconds)
+        return await reread(self, saved)
+
+    monkeypatch.setattr(EqualSteps, "_call", slow_call)
+    monkeypatch.setattr(EqualSteps, "_reread", slow_reread)
+    return on
+
+
+def tail_part(checkpoint: bytes, rank: int) -> dict[str, Any]:
+    """Rank ``rank``'s part of the epoch's tail in a job checkpoint."""
+    from asyncreader._runtime import state_codec
+
+    parts = state_codec.decode(checkpoint)["ranks"]
+    [tail] = [b["tail"] for b in parts[rank]["pipeline"].values() if "tail" in b]
+    return tail  # type: ignore[no-any-return]
+
+
+async def test_a_rank_still_pushing_to_the_tail_saves_its_pipeline(
+    ray_env: RayEnv, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # As above, but rank 0's pushes to the pool are slow: rank 1's checkpoint comes while
+    # rank 0 still moves its last examples there. Each one is in its local queue or among
+    # the pushed ones at every moment, so its part holds its pipeline all the same and
+    # each rank goes on exactly. Restored, rank 0 pushes its saved examples again, slowly,
+    # and a second checkpoint comes meanwhile: the examples it had yet to push again are
+    # saved as they were, and a restore of that one goes on exactly too.
+    slow = slowed_in_the_tail(monkeypatch, "tail_push", 1.0)
+    paths, _ = await write_files(tmp_path, SIZES)
+    expected = await kept(paths)
+    ns = ray_env.namespace
+    whole = await run_job(paths, ns(), [0.02, 0.0])
+    at = len(whole.batches[0]) - 2
+    slow[0] = True
+    before = await run_job(paths, ns(), [0.0, 0.02], checkpoint_at=at, lease_timeout=2.0, gate=True)
+    slow[0] = False
+    assert before.checkpoint is not None
+    first = tail_part(before.checkpoint, 0)
+    assert first["joined"] == at - 1
+    assert first["pushed"]
+    cut = [at - 1, at]
+    after = await run_job(paths, ns(), [0.02, 0.0], restore=before.checkpoint)
+    for r in range(2):
+        assert after.batches[r] == whole.batches[r][cut[r] :], r
+    assert once_across(before, cut, after) == sorted(expected)
+
+    monkeypatch.undo()
+    slow = slowed_in_the_tail(monkeypatch, "reread", 3.0)
+    slow[0] = True
+    # Rank 1 checkpoints after its first batch since the restore, while rank 0 (in the
+    # pool from the start) reads the examples it pushed before again.
+    again = await run_job(
+        paths, ns(), [0.0, 0.02], restore=before.checkpoint, checkpoint_at=1,
+        lease_timeout=2.0, gate=True,
+    )  # fmt: skip
+    slow[0] = False
+    assert again.checkpoint is not None
+    second = tail_part(again.checkpoint, 0)
+    assert (second["joined"], second["pushed"]) == (first["joined"], first["pushed"])
+    last = await run_job(paths, ns(), [0.02, 0.0], restore=again.checkpoint)
+    # Rank 0's part of the second checkpoint is at its first step since the restore (it
+    # took part from the pool), rank 1's after its first batch.
+    cut_again = [0, 1]
+    for r in range(2):
+        stream = before.batches[r][: cut[r]] + again.batches[r][: cut_again[r]]
+        assert stream + last.batches[r] == whole.batches[r], r
 
 
 async def test_a_shuffle_checkpoint_restored_with_other_ranks_delivers_each_record_once(
