@@ -62,7 +62,7 @@ from .structure import (
 )
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Callable, Sequence
 
     from .._queues.record_refs import RecordRefsArg
     from .._runtime.coordinator import Coordinator
@@ -115,6 +115,9 @@ class BatchSpec:
         remainder: In a ranked session, what the examples left at the epoch's end become
             (``"drop"``, ``"pad"``, ``"smaller"``); ``None``: ``"smaller"`` with
             ``allow_smaller_final_batch``, else ``"drop"``.
+        finish: Called on each batch as it is handed out (in the caller's task); its
+            result is the batch. The queue holds examples as the sources made them: a
+            compact form that ``finish`` expands keeps the queue small.
     """
 
     what: str
@@ -132,6 +135,7 @@ class BatchSpec:
     coord: Coordinator | None
     record_refs: RecordRefsArg = None
     remainder: object = None
+    finish: Callable[[Any], Any] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -205,6 +209,7 @@ class Batcher(Generic[BatchT]):
         "_coord",
         "_dropped",
         "_enqueue_many",
+        "_finish",
         "_keep_input",
         "_kind",
         "_min_after_dequeue",
@@ -269,6 +274,7 @@ class Batcher(Generic[BatchT]):
         self._seed = spec.seed
         self._enqueue_many = bool(spec.enqueue_many)
         self._allow_smaller = bool(spec.allow_smaller_final_batch)
+        self._finish = spec.finish
         self._structure: Structure | None = None
         self._queue: Any = None
         self._runner: Any = None
@@ -615,7 +621,7 @@ class Batcher(Generic[BatchT]):
                 input_waits.leave(waiter)
             self._batches += 1
             ranked: BatchT = self._structure_or_fail().pack(comps)
-            return ranked
+            return ranked if self._finish is None else self._finish(ranked)
         queue = self._queue
         if queue is None:
             await anyio.lowlevel.checkpoint()
@@ -633,7 +639,8 @@ class Batcher(Generic[BatchT]):
         batch: BatchT = structure.pack(
             out if isinstance(out, (tuple, list)) and len(out) == structure.size else (out,)
         )
-        return batch
+        # Synchronous, so a batch taken out of the queue is never lost to a cancellation.
+        return batch if self._finish is None else self._finish(batch)
 
     def _equal_steps(self) -> StepSource | Literal[False]:
         """The ranked session's step source for this batcher, or ``False`` (local)."""

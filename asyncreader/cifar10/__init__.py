@@ -33,6 +33,7 @@ from .input_pipeline import (
     random_brightness,
     random_contrast,
     random_crop_and_flip,
+    standardize_planes,
     to_float,
 )
 from .layout import (
@@ -80,6 +81,7 @@ __all__ = [
     "random_brightness",
     "random_contrast",
     "random_crop_and_flip",
+    "standardize_planes",
     "synthetic_dataset",
     "to_float",
     "write_synthetic_dataset",

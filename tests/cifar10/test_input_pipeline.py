@@ -54,7 +54,7 @@ async def _file_queue(*paths: Path) -> ar.FIFOQueue:
     return await work_queue(str(p) for p in paths)
 
 
-async def _drain(chunker: cifar10.ImageChunker) -> list[tuple[np.ndarray, np.ndarray]]:
+async def _drain(chunker: cifar10.ImageChunker) -> list[tuple[np.ndarray, ...]]:
     chunks = []
     while True:
         try:
@@ -327,3 +327,101 @@ async def test_cancelling_a_chunker_waits_for_both_halves_then_ends(
     monkeypatch.undo()
     want, _ = cifar10.parse_records(_records(small_cifar10 / cifar10.TEST_FILE)[150:])
     np.testing.assert_array_equal(images, cifar10.eval_images(want))
+
+
+@pytest.mark.both_backends
+@pytest.mark.anyio
+@pytest.mark.parametrize(
+    ("distort", "colours", "chunk"),
+    [(True, True, 48), (True, False, 150), (False, False, 150), (True, True, 200)],
+)
+async def test_compact_chunks_finish_into_the_very_same_images(
+    small_cifar10: Path, distort: bool, colours: bool, chunk: int
+) -> None:
+    """uint8 crops and their affine maps (in one piece or two halves), finished by
+    standardize_planes, are bit for bit the float32 images of the default chunker."""
+    path = small_cifar10 / cifar10.TRAIN_FILES[1]
+    seed = [3, 9]
+    got: list[list[tuple[np.ndarray, ...]]] = []
+    for compact in (False, True):
+        queue = await _file_queue(path)
+        async with ar.FixedLengthRecordReader(cifar10.RECORD_BYTES) as reader:
+            chunker = cifar10.ImageChunker(
+                reader, queue, chunk_size=chunk, seed=seed, distort=distort,
+                distort_colours=colours, compact=compact,
+            )  # fmt: skip
+            with anyio.fail_after(20):
+                got.append(await _drain(chunker))
+    plain, compact_chunks = got
+    assert len(plain) == len(compact_chunks) == -(-RECORDS // chunk)
+    for (images, labels), (planes, gain, offset, compact_labels) in zip(
+        plain, compact_chunks, strict=True
+    ):
+        n = len(labels)
+        assert planes.shape == (n, 3, 24, 24)
+        assert planes.dtype == np.uint8
+        assert (gain.shape, gain.dtype) == ((n,), np.dtype(np.float32))
+        assert (offset.shape, offset.dtype) == ((n, 3), np.dtype(np.float32))
+        np.testing.assert_array_equal(compact_labels, labels)
+        finished = cifar10.standardize_planes(planes, gain, offset)
+        assert finished.dtype == np.float32
+        assert finished.flags.c_contiguous
+        np.testing.assert_array_equal(finished, images)
+
+
+def test_standardize_planes_refuses_what_does_not_fit() -> None:
+    planes = np.zeros((4, 3, 24, 24), np.uint8)
+    gain, offset = np.ones(4, np.float32), np.zeros((4, 3), np.float32)
+    with pytest.raises(ValueError, match="uint8"):
+        cifar10.standardize_planes(planes.astype(np.float32), gain, offset)
+    with pytest.raises(ValueError, match="do not fit 4 images of 3 channels"):
+        cifar10.standardize_planes(planes, gain[:3], offset)
+    with pytest.raises(ValueError, match="do not fit"):
+        cifar10.standardize_planes(planes, gain, offset[:, :2])
+    # A view of planes (not contiguous) is finished as its copy would be.
+    wide = np.arange(4 * 3 * 24 * 48, dtype=np.uint32).astype(np.uint8).reshape(4, 3, 24, 48)
+    np.testing.assert_array_equal(
+        cifar10.standardize_planes(wide[..., ::2], gain, offset),
+        cifar10.standardize_planes(np.ascontiguousarray(wide[..., ::2]), gain, offset),
+    )
+
+
+@pytest.mark.both_backends
+@pytest.mark.anyio
+async def test_the_distorted_pipeline_shuffles_compact_crops_into_the_same_batches(
+    small_cifar10: Path,
+) -> None:
+    """distorted_pipeline's queue holds uint8 crops (a quarter of the bytes of float32
+    images), and its batches are those of shuffle_batch_join over the default chunkers
+    with the same seeds, image for image."""
+    seed, batch, steps = 5, 32, 40
+    with anyio.fail_after(60):
+        async with ar.Session():
+            pipeline = cifar10.distorted_pipeline(
+                small_cifar10, batch, num_readers=1, seed=seed, chunk_size=64,
+                min_after_dequeue=100,
+            )  # fmt: skip
+            got = [await pipeline.batcher.dequeue() for _ in range(steps)]
+            queue = pipeline.batcher.queue
+            assert [np.dtype(d) for d in queue.dtypes] == [
+                np.uint8, np.float32, np.float32, np.int32
+            ]  # fmt: skip
+            assert [tuple(s) for s in queue.shapes] == [(3, 24, 24), (), (3,), ()]
+        async with ar.Session():
+            files = ar.string_input_producer(
+                [str(small_cifar10 / name) for name in cifar10.TRAIN_FILES], seed=seed
+            )
+            [chunker_seed] = np.random.SeedSequence(seed).spawn(1)
+            chunker = cifar10.ImageChunker(
+                ar.FixedLengthRecordReader(cifar10.RECORD_BYTES), files, chunk_size=64,
+                seed=chunker_seed.generate_state(2).tolist(),
+            )  # fmt: skip
+            plain = ar.shuffle_batch_join(
+                [chunker], batch, capacity=100 + 3 * batch, min_after_dequeue=100, seed=seed,
+                enqueue_many=True,
+            )  # fmt: skip
+            want = [await plain.dequeue() for _ in range(steps)]
+    for (images, labels), (want_images, want_labels) in zip(got, want, strict=True):
+        assert images.shape == (batch, 24, 24, 3)
+        np.testing.assert_array_equal(labels, want_labels)
+        np.testing.assert_array_equal(images, want_images)
