@@ -7,13 +7,16 @@ hands batches of 128 to a consumer, once over the epoch:
 * ``numpy``: the reference. One thread, no queues: read 128 records from a file, decode
   them with ``np.frombuffer`` and crop/flip/standardise the batch vectorised. It does less
   work than the other methods: it does not shuffle, so it never copies an image into or
-  out of a 20,000-image buffer (asyncreader copies 330 MB of float32 crops into its
-  shuffle queue and 330 MB out again per epoch, and faults in the queue's 140 MB of fresh
-  memory the first time), and its batches follow the files' order.
+  out of a 20,000-image buffer (asyncreader copies 83 MB of uint8 crops into its shuffle
+  queue and 83 MB out again per epoch, and faults in the queue's 35 MB of fresh memory
+  the first time), and its batches follow the files' order.
 * ``asyncreader``: ``string_input_producer`` -> ``FixedLengthRecordReader.read_batch`` ->
   ``decode_raw`` on the batch (a view of the block read) -> the same vectorised
-  augmentation on worker threads (each 500-record chunk in two halves at once) ->
-  ``shuffle_batch_join(..., enqueue_many=True)`` -> ``async for`` consumer.
+  augmentation on worker threads (each 500-record chunk in two halves at once; crops and
+  their standardisation's affine map, ``ImageChunker(compact=True)``) ->
+  ``shuffle_batch_join(..., enqueue_many=True)`` -> ``async for`` consumer, which
+  finishes each batch into float32 images (``standardize_planes``), as
+  ``distorted_pipeline`` does.
 * ``tf.data``: ``FixedLengthRecordDataset`` -> ``map`` (per example, parallel) ->
   ``shuffle`` -> ``batch`` -> ``prefetch``, the idiomatic form.
 * ``tf1-queues``: TensorFlow's own ``cifar10_input.distorted_inputs`` in graph mode
@@ -128,6 +131,7 @@ async def _asyncreader_epoch(args: argparse.Namespace, consume: Consumer) -> Non
                 chunk_size=args.chunk,
                 seed=s.generate_state(2).tolist(),
                 distort_colours=False,
+                compact=True,
             )
             for s in seeds
         ]
@@ -140,8 +144,8 @@ async def _asyncreader_epoch(args: argparse.Namespace, consume: Consumer) -> Non
             enqueue_many=True,
             allow_smaller_final_batch=True,
         )
-        async for images, labels in batcher:
-            consume(images, labels)
+        async for planes, gain, offset, labels in batcher:
+            consume(cifar10.standardize_planes(planes, gain, offset), labels)
 
 
 def run_asyncreader(args: argparse.Namespace, consume: Consumer) -> None:
@@ -265,6 +269,11 @@ def child(args: argparse.Namespace) -> None:
         import anyio
 
         anyio.run(anyio.sleep, 0, backend=args.backend)
+    # numpy's OpenBLAS starts worker threads that spin on the other cores for about 0.1 s
+    # of CPU after the import (measured: `import numpy` costs 0.15 s of CPU, 0.05 s with
+    # OPENBLAS_NUM_THREADS=1). Nothing here calls BLAS; let the spin end before timing so
+    # it does not take a core from whichever method uses more than one.
+    time.sleep(0.5)
     consume = Consumer()
     baseline = rss_bytes()
     cpu = cpu_seconds()
@@ -329,7 +338,7 @@ def queue_bound_bytes(args: argparse.Namespace) -> int:
     and per reader one chunk of records, its decoded copy and two chunks of augmented
     images (one waiting to be enqueued, one fetched ahead meanwhile; the decoded records
     are now a view, so this over-counts by a chunk of records per reader)."""
-    example = SIZE * SIZE * 3 * 4 + 4  # float32 image + int32 label
+    example = SIZE * SIZE * 3 + 4 * 4 + 4  # uint8 crop, its affine map, int32 label
     per_reader: int = args.chunk * (2 * cifar10.RECORD_BYTES + 2 * example)
     queued: int = (args.shuffle_buffer + 4 * BATCH) * example
     return queued + int(args.readers) * per_reader
@@ -410,7 +419,8 @@ def report(
         f"\nasyncreader's queue capacities bound its buffers to "
         f"{queue_bound_bytes(args) / 2**20:.0f} MB; the epoch is "
         f"{EPOCH * cifar10.RECORD_BYTES / 2**20:.0f} MB on disk and "
-        f"{EPOCH * SIZE * SIZE * 3 * 4 / 2**20:.0f} MB as float32 crops."
+        f"{EPOCH * SIZE * SIZE * 3 * 4 / 2**20:.0f} MB as float32 crops "
+        f"({EPOCH * SIZE * SIZE * 3 / 2**20:.0f} MB as uint8 crops)."
     )
     if ratios:
         median = statistics.median(ratios)
