@@ -772,6 +772,10 @@ def distorted_pipeline(
     and turn chunks of records into distorted images (:class:`ImageChunker`), which
     ``shuffle_batch_join`` mixes in a queue holding at least ``min_after_dequeue`` images
     (TensorFlow's 40% of an epoch, 20,000, by default), with room for three more batches.
+    The queue holds each image's uint8 crop and the affine map of its standardisation
+    (``compact=True``: a quarter of the bytes of float32 images); the batcher finishes each
+    batch into float32 images as it hands it out (:func:`standardize_planes`): bit for bit
+    the images of standardising each one before the queue.
 
     Must be called inside a Coordinator or Session (or pass ``coord``); the pipeline runs
     until a stop is requested.
