@@ -26,11 +26,21 @@ if TYPE_CHECKING:
     from .remote_queue import RayBackend, RemoteQueue
     from .work_queue import Grant
 
-__all__ = ["Anchor", "CheckpointWanted", "Heartbeat", "LeaseClient", "leasing_readers"]
+__all__ = [
+    "Anchor",
+    "CheckpointWanted",
+    "Heartbeat",
+    "LeaseClient",
+    "leasing_readers",
+    "reader_queues",
+]
 
 #: Readers that took work items from a shared queue: their positions are their leases',
 #: so a rank's part of a job checkpoint does not save them.
 leasing_readers: weakref.WeakSet[Any] = weakref.WeakSet()
+#: The shared queue each leasing reader last took a work item from: a batcher whose
+#: ``record_refs`` names the reader levels its epoch's tail through that queue's actor.
+reader_queues: weakref.WeakKeyDictionary[Any, RemoteQueue] = weakref.WeakKeyDictionary()
 
 
 class CheckpointWanted(Exception):
@@ -119,6 +129,7 @@ class LeaseClient:
             held.reader = None
             self._finished.append((held.lid, held.offset))
         leasing_readers.add(reader)
+        reader_queues[reader] = self._queue
         # The stage task waiting here holds nothing: a job checkpoint's pause need not
         # wait for its work item.
         stage = current_stage()

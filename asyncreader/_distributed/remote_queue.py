@@ -28,7 +28,15 @@ from .awaiting import wait_ref
 from .cluster import ACTOR_PREFIX, JOB_ACTOR, kill_actors
 from .hosting import VERBS, JobHost, QueueHost
 from .job_checkpoint import check_job_tree, held_records
-from .rank import Anchor, CheckpointWanted, Heartbeat, LeaseClient, leasing_readers, unknown_keys
+from .rank import (
+    Anchor,
+    CheckpointWanted,
+    Heartbeat,
+    LeaseClient,
+    leasing_readers,
+    reader_queues,
+    unknown_keys,
+)
 from .tail import EqualSteps
 
 if TYPE_CHECKING:
@@ -270,6 +278,15 @@ class RayBackend:
             pools = [i for i, (queue, _) in enumerate(plans) if queue._pooled]
             if not pools:
                 raise unknown_keys(rest)
+            for i in pools[1:]:
+                # Several pools (a batcher on each work queue): a record a pool handed
+                # this rank is acknowledged to that pool's actor.
+                handed = plans[i][0]._pool_keys
+                mine = [k for k in rest if k in handed]
+                if mine:
+                    foreign.setdefault(i, []).extend(mine)
+                    chosen = set(mine)
+                    rest = [k for k in rest if k not in chosen]
             foreign.setdefault(pools[0], []).extend(rest)
             rest = []
         for i, (queue, by_lease) in enumerate(plans):
@@ -285,6 +302,8 @@ class RayBackend:
                 raise _error(reply[1], reply[2])
             leases.acked(by_lease)
             leases.done(reply[1])
+            if i in foreign:
+                queue._pool_keys.difference_update(foreign[i])
 
     async def _plan_held(
         self,
@@ -324,7 +343,20 @@ class RayBackend:
         ]
         if not queues:
             return None
-        queue = queues[0]
+        refs = batcher._record_refs
+        home = None if refs is None else reader_queues.get(refs.reader)
+        if home is not None and home in queues:
+            queue = home
+        elif len(queues) == 1:
+            queue = queues[0]
+        else:
+            names = ", ".join(repr(q.name) for q in queues)
+            raise InvalidArgumentError(
+                f"{batcher._what}: this rank leases work items from several shared queues "
+                f"({names}), and the batcher does not say which its examples come from: "
+                "pass record_refs=<the reader that reads them> so that its epoch's tail is "
+                "levelled through that reader's queue"
+            )
         queue._pooled = True
         steps = EqualSteps(self, queue, batcher, remainder)  # type: ignore[arg-type]
         self._steps.append(steps)
@@ -723,6 +755,9 @@ class RemoteQueue:
         self._detached = False
         self._leases: LeaseClient | None = None
         self._pooled = False  # a batcher levels its steps through this queue's actor
+        #: Keys of the records this queue's tail pool handed this rank, until acknowledged
+        #: (with several pools, an acknowledgement goes to the pool that handed it out).
+        self._pool_keys: set[bytes] = set()
         self._actor_name = ""  # the actor's name (set by the backend)
         self._registering = anyio.Lock()
 

@@ -1000,6 +1000,8 @@ class EqualSteps:
                     from .._pipeline.structure import Structure
 
                     batcher._structure = Structure.from_state(structure)
+                if self._key_index is not None:
+                    self._queue._pool_keys.update(bytes(k) for k in comps[self._key_index] if k)
                 self._count += 1
                 self.padded += padded
                 self.last_padding = padded
