@@ -828,6 +828,8 @@ class EqualSteps:
         #: :meth:`tail_state`): its count when it joined, the examples it pushed (flat
         #: components, and their own shapes with dynamic_pad), its last local batch.
         self._join_count = 0
+        #: The component holding the record keys (``record_refs``), once the layout is known.
+        self._key_index: Any = None
         self._pushed: list[tuple[Comps, Comps | None]] = []
         #: A restored rank's examples pushed before its checkpoint, as saved, while they
         #: wait to be read and pushed again (a checkpoint meanwhile saves them as they are).
@@ -1000,6 +1002,11 @@ class EqualSteps:
                     from .._pipeline.structure import Structure
 
                     batcher._structure = Structure.from_state(structure)
+                if self._key_index is None and batcher._record_refs is not None:
+                    # Its first batch came from the pool: the layout is the pool's.
+                    with contextlib.suppress(InvalidArgumentError):
+                        refs = batcher._queue_record_refs()
+                        self._key_index = None if refs is None else refs.key
                 if self._key_index is not None:
                     self._queue._pool_keys.update(bytes(k) for k in comps[self._key_index] if k)
                 self._count += 1

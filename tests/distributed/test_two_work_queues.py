@@ -40,23 +40,49 @@ async def two_sets(tmp_path: Path) -> tuple[list[str], list[bytes], list[str], l
     return train, train_keys, evals, eval_keys
 
 
-async def test_each_batcher_is_levelled_through_its_own_queue(
-    ray_env: RayEnv, tmp_path: Path, namespace: str
-) -> None:
-    train, train_keys, evals, eval_keys = await two_sets(tmp_path)
+class Job:
+    """What each rank of a run saw, the queues' ledgers and drops, and its checkpoint."""
+
+    def __init__(self) -> None:
+        self.batches: dict[tuple[int, str], list[list[bytes]]] = collections.defaultdict(list)
+        self.ledgers: dict[str, dict[bytes, int]] = {}
+        self.drops: dict[str, dict[bytes, int]] = {}
+        self.checkpoint: bytes | None = None
+
+    def delivered(self, name: str) -> list[bytes]:
+        return [
+            k
+            for (_, n), batches in self.batches.items()
+            if n == name
+            for b in batches
+            for k in b
+            if k
+        ]
+
+    def counts(self, name: str, ranks: int) -> list[int]:
+        return [len(self.batches[r, name]) for r in range(ranks)]
+
+
+async def run_job(
+    namespace: str,
+    sets: dict[str, list[str]],
+    ranks: int,
+    *,
+    checkpoint_at: int | None = None,
+    restore: bytes | None = None,
+) -> Job:
+    """Every rank takes a training batch each step and an evaluation batch every third
+    (rank ``r`` trains ``0.01 * (r + 1)`` s a step); with ``checkpoint_at``, every rank
+    takes the job checkpoint after that step and the run ends there."""
+    job = Job()
     cluster = ar.RayCluster(namespace=namespace)
-    got: dict[tuple[int, str], list[list[bytes]]] = collections.defaultdict(list)
-    ledgers: dict[str, dict[bytes, int]] = {}
-    done = [anyio.Event(), anyio.Event()]
+    done = [anyio.Event() for _ in range(ranks)]
 
     async def rank(r: int) -> None:
-        async with ar.Session(cluster=cluster, rank=r, world_size=2) as sess:
-            queues: dict[str, Any] = {
-                "train": ar.FIFOQueue(None, shared_name="train"),
-                "eval": ar.FIFOQueue(None, shared_name="eval"),
-            }
+        async with ar.Session(cluster=cluster, rank=r, world_size=ranks, restore=restore) as sess:
+            queues: dict[str, Any] = {name: ar.FIFOQueue(None, shared_name=name) for name in sets}
             if r == 0:
-                for name, paths in (("train", train), ("eval", evals)):
+                for name, paths in sets.items():
                     await ask(queues[name], "keep_ledger")
                     await queues[name].enqueue_many(paths)
                     await queues[name].close()
@@ -67,12 +93,11 @@ async def test_each_batcher_is_levelled_through_its_own_queue(
                     functools.partial(reader.read_up_to, queue, 16), BATCH, capacity=4 * BATCH,
                     enqueue_many=True, record_refs=reader, allow_smaller_final_batch=True,
                 )  # fmt: skip
-            # A training step each time, an evaluation step every third (rank 1 slower).
             ended: set[str] = set()
             step = 0
-            while len(ended) < 2:
+            while len(ended) < len(sets):
                 step += 1
-                for name in ("train", "eval"):
+                for name in sets:
                     if name in ended or (name == "eval" and step % 3 and "train" not in ended):
                         continue
                     try:
@@ -81,25 +106,60 @@ async def test_each_batcher_is_levelled_through_its_own_queue(
                         ended.add(name)
                         continue
                     batch = [bytes(k) for k in keys]
-                    got[r, name].append(batch)
+                    job.batches[r, name].append(batch)
                     await anyio.sleep(0.01 * (r + 1))
                     await sess.ack([k for k in batch if k])
+                if step == checkpoint_at:
+                    job.checkpoint = await sess.checkpoint(timeout=60)
+                    break
             done[r].set()
             if r == 0:
-                await done[1].wait()
-                for name, queue in queues.items():
-                    ledgers[name] = await ask(queue, "ledger")
+                for event in done:
+                    await event.wait()
+                if checkpoint_at is None:
+                    for name, queue in queues.items():
+                        job.ledgers[name] = await ask(queue, "ledger")
+                        job.drops[name] = await ask(queue, "drops")
+            else:
+                await done[0].wait()  # the job's actors go with rank 0
 
     with anyio.fail_after(90):
         async with anyio.create_task_group() as tg:
-            for r in range(2):
+            for r in range(ranks):
                 tg.start_soon(rank, r)
+    return job
+
+
+async def test_each_batcher_is_levelled_through_its_own_queue(
+    ray_env: RayEnv, tmp_path: Path, namespace: str
+) -> None:
+    train, train_keys, evals, eval_keys = await two_sets(tmp_path)
+    job = await run_job(namespace, {"train": train, "eval": evals}, 2)
     for name, keys in (("train", train_keys), ("eval", eval_keys)):
         # As many batches on each rank, of this set's records only, each record once.
-        assert len(got[0, name]) == len(got[1, name]), name
-        delivered = [k for r in range(2) for batch in got[r, name] for k in batch if k]
-        assert sorted(delivered) == sorted(keys), name
-        assert ledgers[name] == dict.fromkeys(keys, 1), name
+        counts = job.counts(name, 2)
+        assert counts[0] == counts[1], name
+        assert sorted(job.delivered(name)) == sorted(keys), name
+        assert job.ledgers[name] == dict.fromkeys(keys, 1), name
+
+
+async def test_a_checkpoint_restored_with_more_ranks_delivers_each_set_once(
+    ray_env: RayEnv, tmp_path: Path
+) -> None:
+    # Two ranks checkpoint after six steps; three restore it and finish the epoch of both
+    # sets. Each rank of the restored job gets as many batches of each set as the others,
+    # and the records acknowledged before the checkpoint and after the restore (with those
+    # the remainder dropped: fewer than one per rank) are each set's records, once.
+    train, train_keys, evals, eval_keys = await two_sets(tmp_path)
+    sets = {"train": train, "eval": evals}
+    before = await run_job(ray_env.namespace(), sets, 2, checkpoint_at=6)
+    assert before.checkpoint is not None
+    after = await run_job(ray_env.namespace(), sets, 3, restore=before.checkpoint)
+    for name, keys in (("train", train_keys), ("eval", eval_keys)):
+        assert len(set(after.counts(name, 3))) == 1, (name, after.counts(name, 3))
+        dropped = list(collections.Counter(after.drops[name]).elements())
+        delivered = before.delivered(name) + after.delivered(name)
+        assert sorted(delivered + dropped) == sorted(keys), name
 
 
 async def test_a_batcher_that_does_not_name_its_reader_is_refused(
