@@ -956,15 +956,42 @@ class EqualSteps:
 
         Raises:
             OutOfRangeError: every rank had its last batch of the epoch.
+            InvalidArgumentError: in a deterministic job, another batcher of this rank
+                on another work queue is in the middle of its epoch.
         """
         if self._ended is not None:
             await anyio.lowlevel.checkpoint()
             raise OutOfRangeError(str(self._ended))
+        if self._backend.deterministic:
+            self._check_one_epoch_at_a_time()
         self._in_next = True
         try:
             return await self._next()
         finally:
             self._in_next = False
+
+    def _check_one_epoch_at_a_time(self) -> None:
+        """Refuse a take while another work queue's batcher of this rank is mid-epoch.
+
+        A deterministic epoch's tail is planned once every rank has read its share, and a
+        rank reads on only while its trainer takes from that batcher: two batchers taken
+        in turns would each wait at the epoch's end for a rank waiting on the other.
+
+        Raises:
+            InvalidArgumentError: such a batcher is mid-epoch.
+        """
+        for other in self._backend._steps:
+            if other is self or other._queue is self._queue or other._ended is not None:
+                continue
+            if other._count > 0 or other._joined:
+                raise InvalidArgumentError(
+                    f"{self._batcher._what} of shared queue '{self._queue.name}': in a "
+                    f"deterministic job, {other._batcher._what} of shared queue "
+                    f"'{other._queue.name}' is in the middle of its epoch ({other._count} "
+                    "batches): take one batcher's epoch to its end before the other's (the "
+                    "epoch's tail waits for every rank's share to be read, so batchers "
+                    "taken in turns would wait on each other)"
+                )
 
     async def _next(self) -> Comps:
         if not self._laid_out:

@@ -23,7 +23,11 @@ pytestmark = pytest.mark.anyio
 
 def _steps(batches: int, calls: list[tuple[str, tuple[Any, ...]]]) -> EqualSteps:
     backend: Any = SimpleNamespace(
-        deterministic=True, world_size=2, _client="0-a", _cluster=SimpleNamespace(lease_timeout=5.0)
+        deterministic=True,
+        world_size=2,
+        _client="0-a",
+        _cluster=SimpleNamespace(lease_timeout=5.0),
+        _steps=[],
     )
     started: list[str] = []
     batcher: Any = SimpleNamespace(

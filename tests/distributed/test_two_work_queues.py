@@ -70,16 +70,21 @@ async def run_job(
     *,
     checkpoint_at: int | None = None,
     restore: bytes | None = None,
+    deterministic: bool = False,
+    eval_every: int | None = 3,
 ) -> Job:
-    """Every rank takes a training batch each step and an evaluation batch every third
-    (rank ``r`` trains ``0.01 * (r + 1)`` s a step); with ``checkpoint_at``, every rank
-    takes the job checkpoint after that step and the run ends there."""
+    """Every rank takes a training batch each step and an evaluation batch every
+    ``eval_every`` steps (``None``: once training ended) (rank ``r`` trains
+    ``0.01 * (r + 1)`` s a step); with ``checkpoint_at``, every rank takes the job
+    checkpoint after that step and the run ends there."""
     job = Job()
     cluster = ar.RayCluster(namespace=namespace)
     done = [anyio.Event() for _ in range(ranks)]
 
     async def rank(r: int) -> None:
-        async with ar.Session(cluster=cluster, rank=r, world_size=ranks, restore=restore) as sess:
+        async with ar.Session(
+            cluster=cluster, rank=r, world_size=ranks, restore=restore, deterministic=deterministic
+        ) as sess:
             queues: dict[str, Any] = {name: ar.FIFOQueue(None, shared_name=name) for name in sets}
             if r == 0:
                 for name, paths in sets.items():
@@ -98,7 +103,10 @@ async def run_job(
             while len(ended) < len(sets):
                 step += 1
                 for name in sets:
-                    if name in ended or (name == "eval" and step % 3 and "train" not in ended):
+                    if name in ended:
+                        continue
+                    waits = eval_every is None or step % eval_every
+                    if name == "eval" and "train" not in ended and waits:
                         continue
                     try:
                         keys, _ = await batchers[name].dequeue()
@@ -160,6 +168,41 @@ async def test_a_checkpoint_restored_with_more_ranks_delivers_each_set_once(
         dropped = list(collections.Counter(after.drops[name]).elements())
         delivered = before.delivered(name) + after.delivered(name)
         assert sorted(delivered + dropped) == sorted(keys), name
+
+
+async def test_a_deterministic_job_takes_one_batchers_epoch_after_the_other(
+    ray_env: RayEnv, tmp_path: Path
+) -> None:
+    # Evaluation once training ended: each batcher is levelled through its own queue,
+    # and each rank's stream of each set is the same in two runs.
+    train, train_keys, evals, eval_keys = await two_sets(tmp_path)
+    sets = {"train": train, "eval": evals}
+    options: dict[str, Any] = {"deterministic": True, "eval_every": None}
+    runs = [await run_job(ray_env.namespace(), sets, 2, **options) for _ in range(2)]
+    for name, keys in (("train", train_keys), ("eval", eval_keys)):
+        counts = runs[0].counts(name, 2)
+        assert counts[0] == counts[1], name
+        dropped = list(collections.Counter(runs[0].drops[name]).elements())
+        assert sorted(runs[0].delivered(name) + dropped) == sorted(keys), name
+        for r in range(2):
+            assert runs[0].batches[r, name] == runs[1].batches[r, name], (name, r)
+
+
+async def test_a_deterministic_job_refuses_batchers_taken_in_turns(
+    ray_env: RayEnv, tmp_path: Path
+) -> None:
+    # Taken in turns, the two batchers would wait on each other at the epoch's end (each
+    # tail waits for every rank's share, which a rank waiting on the other batcher does
+    # not read on): the first evaluation batch mid-training raises, naming both.
+    train, _, evals, _ = await two_sets(tmp_path)
+    with pytest.raises(BaseExceptionGroup) as caught:
+        await run_job(ray_env.namespace(), {"train": train, "eval": evals}, 2, deterministic=True)
+    errors = [e for e in caught.value.exceptions if isinstance(e, ar.InvalidArgumentError)]
+    assert errors, caught.value.exceptions
+    assert "batch of shared queue 'eval': in a deterministic job, batch of shared queue " in (
+        str(errors[0])
+    )
+    assert "'train' is in the middle of its epoch (3 batches)" in str(errors[0])
 
 
 async def test_a_batcher_that_does_not_name_its_reader_is_refused(
