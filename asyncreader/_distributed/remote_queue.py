@@ -302,8 +302,9 @@ class RayBackend:
                 raise _error(reply[1], reply[2])
             leases.acked(by_lease)
             leases.done(reply[1])
-            if i in foreign:
-                queue._pool_keys.difference_update(foreign[i])
+        for queue in self._queues.values():
+            if queue._pool_keys:  # acknowledged now, however they were routed
+                queue._pool_keys.difference_update(keys)
 
     async def _plan_held(
         self,
