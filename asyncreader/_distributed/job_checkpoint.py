@@ -43,13 +43,14 @@ and acknowledgements describe one moment. A rank in the epoch's tail saves one w
 examples it pushed to the tail's pool (see ``EqualSteps.tail_state``; the others are in
 its local queue); a rank whose pipeline holds elements it cannot name as reader records
 saves none. Restored with as many
-ranks (and deterministic), a rank restores its pipeline, and tells the queue's actor
-which records of which items its buffers hold (:func:`held_records`, derived from the
+ranks (and deterministic), a rank restores its pipeline, and tells each work queue's
+actor which records of which items its buffers hold (:func:`held_records`, derived from the
 references themselves): every reader of those items skips them while that rank lives
 (see ``LeaseBook.register``), and its acknowledgements of them before its readers take
-the items again are matched to the restored leases. For an unsigned checkpoint the
-references may only name the items of the restored leases, which the rank learns from
-the actor once the program has enqueued the items again (:meth:`ItemLog.lease_items`).
+the items again are matched to the restored leases (with several work queues, to the
+queue whose items they are of). For an unsigned checkpoint the references may only name
+the items of the restored leases, which the rank learns from the actors once the
+program has enqueued the items again (:meth:`ItemLog.lease_items`).
 """
 
 from __future__ import annotations

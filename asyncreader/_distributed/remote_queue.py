@@ -115,10 +115,10 @@ class RayBackend:
         # The batchers' step sources (the tail).
         self._steps: list[EqualSteps] = []
         # A pipeline restored from a job checkpoint: the records its buffers hold, by
-        # work item, and the shared queue whose restored leases they belong to; whether
-        # that queue's items are back (its leases known).
+        # work item; the work queues their items may belong to (by actor name), each
+        # with its items once they are back (its leases known), else None.
         self._held: dict[bytes, list[int]] = {}
-        self._held_queue: str | None = None
+        self._held_queues: dict[str, set[bytes] | None] = {}
         self._held_known = False
         self._held_lock = anyio.Lock()
         # The batch counts of this rank's batchers at the job checkpoint restored.
@@ -315,18 +315,51 @@ class RayBackend:
         """Add to ``foreign`` (by plan) the ``keys`` of records the restored pipeline
         held whose leases this rank has not taken again; return the others."""
         held = self._held
-        mine = [k for k in keys if k in held or k.rpartition(b":")[0] in held]
+        mine = {k: k if k in held else k.rpartition(b":")[0] for k in keys}
+        mine = {k: work for k, work in mine.items() if work in held}
         if not mine:
             return keys
-        queue = await self._restored_queue()
-        await self._held_items()  # the queue's leases are back: the actor knows them
-        index = next((i for i, (q, _) in enumerate(plans) if q is queue), None)
-        if index is None:
-            plans.append((queue, {}))
-            index = len(plans) - 1
-        foreign.setdefault(index, []).extend(mine)
-        chosen = set(mine)
-        return [k for k in keys if k not in chosen]
+        await self._held_items()  # the queues' leases are back: their actors know them
+        queues = await self._restored_queues()
+        left = list(mine)
+        for n, queue in enumerate(queues):
+            items = self._held_queues[queue._actor_name] or set()
+            # Each key to the queue its item is of (the last queue takes any other: its
+            # actor then names a key of no item of its own).
+            last = n == len(queues) - 1
+            ours = [k for k in left if last or mine[k] in items]
+            if not ours:
+                continue
+            index = next((i for i, (q, _) in enumerate(plans) if q is queue), None)
+            if index is None:
+                plans.append((queue, {}))
+                index = len(plans) - 1
+            foreign.setdefault(index, []).extend(ours)
+            taken = set(ours)
+            left = [k for k in left if k not in taken]
+        return [k for k in keys if k not in mine]
+
+    async def home_queue(self, batcher: Any) -> RemoteQueue:
+        """The work queue whose items a restored batcher's buffers hold records of (its
+        epoch's tail is levelled through it).
+
+        Raises:
+            InvalidArgumentError: they are of no work queue's items, or of several.
+        """
+        await self._held_items()
+        works = batcher._restored_works
+        found = [
+            queue
+            for queue in await self._restored_queues()
+            if works & (self._held_queues[queue._actor_name] or set())
+        ]
+        if len(found) != 1:
+            raise InvalidArgumentError(
+                f"{batcher._what}: its restored buffers hold records of the items of "
+                f"{len(found)} of this rank's shared work queues, not one"
+            )
+        found[0]._pooled = True
+        return found[0]
 
     def part_source(self, source: Checkpointer) -> None:
         """This rank's part of a job checkpoint is saved from ``source`` (the session's
@@ -340,16 +373,21 @@ class RayBackend:
         queues = [
             q
             for q in self._queues.values()
-            if (q._leases is not None or q._actor_name == self._held_queue) and not q._detached
+            if (q._leases is not None or q._actor_name in self._held_queues) and not q._detached
         ]
         if not queues:
             return None
         refs = batcher._record_refs
         home = None if refs is None else reader_queues.get(refs.reader)
+        queue: RemoteQueue | None
         if home is not None and home in queues:
             queue = home
         elif len(queues) == 1:
             queue = queues[0]
+        elif batcher._restored_works and self._held_queues:
+            # Restored buffers, their reader not leasing yet: the queue whose items they
+            # are of, found once the items are back (see EqualSteps.next).
+            queue = None
         else:
             names = ", ".join(repr(q.name) for q in queues)
             raise InvalidArgumentError(
@@ -358,7 +396,8 @@ class RayBackend:
                 "pass record_refs=<the reader that reads them> so that its epoch's tail is "
                 "levelled through that reader's queue"
             )
-        queue._pooled = True
+        if queue is not None:
+            queue._pooled = True
         steps = EqualSteps(self, queue, batcher, remainder)  # type: ignore[arg-type]
         self._steps.append(steps)
         restored = self._restored_counts.get(self._count_key(steps))
@@ -407,23 +446,21 @@ class RayBackend:
             )
         self._restored_counts = counts
         pipeline = part.pop("pipeline", None)
-        leasing = [name for name, snap in self._restoring.items() if snap.get("leases")]
-        # Records of one queue's leases only: a key names its item, not its queue.
-        if pipeline is None or not self.deterministic or len(leasing) > 1:
+        if pipeline is None or not self.deterministic:
             checkpointer.load_components(part)
             return
         held = held_records(pipeline, self.rank)
-        if held and not leasing:
-            # Every lease done: a rank in the epoch's tail holds records of items done
-            # (pushed to the pool), of the job's one work queue.
-            leasing = [name for name, snap in self._restoring.items() if "examples" not in snap]
-        if held and len(leasing) != 1:
+        # The records may be of any work queue's items (leased, or done: a rank in the
+        # epoch's tail holds records it pushed to the pool). A key names its item, not
+        # its queue: each queue's items, once back, tell which is whose.
+        works = [name for name, snap in self._restoring.items() if "examples" not in snap]
+        if held and not works:
             raise InvalidArgumentError(
                 f"malformed job checkpoint (rank {self.rank}'s pipeline holds records, "
-                "and no work item is leased in it)"
+                "and it has no work queue)"
             )
         self._held = held
-        self._held_queue = leasing[0] if held else None
+        self._held_queues = dict.fromkeys(works) if held else {}
         # Its records are read again once the work queue's items are back and the
         # queue knows what its buffers hold (unsigned: only records of those items).
         checkpointer.load_components({**part, **pipeline}, gate=self._held_items if held else None)
@@ -565,26 +602,32 @@ class RayBackend:
             self._joined[number] = tuple(reply)
         return bool(reply[0] == "ok")
 
-    async def _restored_queue(self) -> RemoteQueue:
-        """The shared queue whose restored leases the pipeline's records belong to
-        (waiting for the program to build it), registered to lease from it.
+    async def _restored_queues(self) -> list[RemoteQueue]:
+        """The work queues whose items the pipeline's records may be of (waiting for the
+        program to build them), each registered to lease from.
 
         Raises:
-            FailedPreconditionError: the program did not build it within
+            FailedPreconditionError: the program did not build one within
                 ``connect_timeout``.
         """
-        name = self._held_queue
-        with anyio.move_on_after(self._cluster.connect_timeout):
-            while True:
-                queue = self._queue_actors_by_name().get(name or "")
-                if queue is not None:
-                    await queue._lease_client_ready()
-                    return queue
-                await anyio.sleep(0.02)
-        raise FailedPreconditionError(
-            f"the pipeline restored from the job checkpoint holds records of the work "
-            f"items of shared queue {name!r}, which this rank's session did not build"
-        )
+        found: list[RemoteQueue] = []
+        for name in self._held_queues:
+            queue = None
+            with anyio.move_on_after(self._cluster.connect_timeout):
+                while True:
+                    queue = self._queue_actors_by_name().get(name)
+                    if queue is not None:
+                        break
+                    await anyio.sleep(0.02)
+            if queue is None:
+                raise FailedPreconditionError(
+                    f"the pipeline restored from the job checkpoint holds records of the "
+                    f"work items of shared queue {name!r}, which this rank's session did "
+                    "not build"
+                )
+            await queue._lease_client_ready()
+            found.append(queue)
+        return found
 
     def _queue_actors_by_name(self) -> dict[str, RemoteQueue]:
         return {
@@ -608,18 +651,32 @@ class RayBackend:
 
     async def _fetch_held_items(self) -> None:
         if not self._held_known:  # asked by another task meanwhile
-            # Registered now: the queue's actor learns at once which records this
+            # Registered now: each queue's actor learns at once which records this
             # rank's buffers hold, before any reader could take their items.
-            queue = await self._restored_queue()
-            reply = await self._wait(
-                queue._actor.job_items.remote(self._cluster.lease_timeout),
-                queue.name,
-                queue._actor,
-            )
-            if reply[0] != "ok":
-                raise _error(reply[1], reply[2])
+            queues = await self._restored_queues()
+            allowed: list[bytes] = []
+            owner: dict[bytes, str] = {}
+            for queue in queues:
+                reply = await self._wait(
+                    queue._actor.job_items.remote(self._cluster.lease_timeout),
+                    queue.name,
+                    queue._actor,
+                )
+                if reply[0] != "ok":
+                    raise _error(reply[1], reply[2])
+                items = {bytes(w) for w in reply[1]}
+                self._held_queues[queue._actor_name] = items
+                for work in items & self._held.keys():
+                    if owner.setdefault(work, queue.name) != queue.name:
+                        raise InvalidArgumentError(
+                            f"the pipeline restored from the job checkpoint holds records "
+                            f"of {work!r}, a work item of both shared queues "
+                            f"{owner[work]!r} and {queue.name!r}: which one it came from "
+                            "is unknown"
+                        )
+                allowed += reply[1]
             if self._checkpointer is not None:
-                self._checkpointer.allow_work_items(reply[1])
+                self._checkpointer.allow_work_items(allowed)
             self._held_known = True
 
     async def _lease_client(self, queue: RemoteQueue) -> LeaseClient:
@@ -637,7 +694,7 @@ class RayBackend:
                 cluster.lease_timeout,
                 self.world_size if self.deterministic else None,
                 self._job,
-                self._held if queue._actor_name == self._held_queue else None,
+                self._held if queue._actor_name in self._held_queues else None,
             ),
             queue.name,
             queue._actor,

@@ -787,7 +787,8 @@ class EqualSteps:
     Args:
         backend: The session's backend.
         queue: The shared work queue the rank's readers lease from (its actor hosts the
-            pool).
+            pool); ``None`` for a restored batcher whose queue is found at its first take
+            (``RayBackend.home_queue``).
         batcher: The batcher (its queue, structure, batch size and name).
         remainder: ``"drop"``, ``"pad"`` or ``"smaller"``.
     """
@@ -795,12 +796,14 @@ class EqualSteps:
     def __init__(
         self,
         backend: RayBackend,
-        queue: RemoteQueue,
+        queue: RemoteQueue | None,
         batcher: Any,
         remainder: Literal["drop", "pad", "smaller"],
     ) -> None:
         self._backend = backend
-        self._queue = queue
+        #: No queue yet: found at the first take.
+        self._homeless = queue is None
+        self._queue: RemoteQueue = queue  # type: ignore[assignment]
         self._batcher = batcher
         self._remainder = remainder
         self._tail = anyio.Event()
@@ -962,6 +965,9 @@ class EqualSteps:
         if self._ended is not None:
             await anyio.lowlevel.checkpoint()
             raise OutOfRangeError(str(self._ended))
+        if self._homeless:
+            self._queue = await self._backend.home_queue(self._batcher)
+            self._homeless = False
         if self._backend.deterministic:
             self._check_one_epoch_at_a_time()
         self._in_next = True
@@ -981,7 +987,9 @@ class EqualSteps:
             InvalidArgumentError: such a batcher is mid-epoch.
         """
         for other in self._backend._steps:
-            if other is self or other._queue is self._queue or other._ended is not None:
+            if other is self or other._homeless or other._ended is not None:
+                continue
+            if other._queue is self._queue:
                 continue
             if other._count > 0 or other._joined:
                 raise InvalidArgumentError(

@@ -33,7 +33,7 @@ from .._queues.elements import record_strings
 from .._queues.fifo import FIFOQueue
 from .._queues.padding import PaddingFIFOQueue
 from .._queues.random_shuffle import RandomShuffleQueue, deterministic_shuffle_queue
-from .._queues.record_refs import RecordRefs, as_record_refs
+from .._queues.record_refs import RecordRefs, as_record_refs, referenced_works
 from .._records.batch import RecordBatch
 from .._runtime import input_waits
 from .._runtime.checkpoint import note_payload, owned_resources
@@ -219,6 +219,7 @@ class Batcher(Generic[BatchT]):
         "_record_refs",
         "_remainder",
         "_restore",
+        "_restored_works",
         "_runner",
         "_seed",
         "_shapes",
@@ -282,6 +283,9 @@ class Batcher(Generic[BatchT]):
         self._dropped = DropCount()
         self._batches = 0
         self._restore: Any = None
+        #: The work items whose records a restored checkpoint's buffers name (a ranked
+        #: session finds from them which shared queue the batcher's examples come from).
+        self._restored_works: frozenset[bytes] = frozenset()
         #: The rank's part of the epoch's tail in a job checkpoint restored (see
         #: ``EqualSteps.tail_state``), for its step source.
         self._tail_restore: Any = None
@@ -472,6 +476,7 @@ class Batcher(Generic[BatchT]):
                 f"{self._what} (batch_size {self._batch_size})"
             )
         self._dropped.value, self._batches = dropped, batches
+        self._restored_works = referenced_works(tree)
         tail = tree.get("tail")
         if tail is not None:
             joined, pushed, window = tail.get("joined"), tail.get("pushed"), tail.get("window")

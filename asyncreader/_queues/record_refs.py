@@ -38,7 +38,30 @@ __all__ = [
     "RefLayout",
     "RereadableReader",
     "as_record_refs",
+    "referenced_works",
 ]
+
+#: The keys of a section of record references in a saved tree (see RefLayout.save).
+_SECTION_KEYS = frozenset({"works", "work", "record", "crc32c", "rest"})
+
+
+def referenced_works(tree: Any) -> frozenset[bytes]:
+    """The work items whose records a saved tree names as references (in any of its
+    sections, at any depth); what is not such a section is passed over."""
+    works: set[bytes] = set()
+    todo = [tree]
+    while todo:
+        node = todo.pop()
+        if isinstance(node, dict):
+            if node.keys() == _SECTION_KEYS:
+                names = node["works"]
+                if isinstance(names, list):
+                    works.update(w for w in names if isinstance(w, bytes))
+                continue
+            todo.extend(node.values())
+        elif isinstance(node, (list, tuple)):
+            todo.extend(node)
+    return frozenset(works)
 
 
 class RecordSource(Protocol):

@@ -74,11 +74,14 @@ async def run_job(
     restore: bytes | None = None,
     deterministic: bool = False,
     eval_every: int | None = 3,
+    shuffle: bool = False,
+    stop: bool = True,
 ) -> Job:
     """Every rank takes a training batch each step and an evaluation batch every
     ``eval_every`` steps (``None``: once training ended) (rank ``r`` trains
     ``0.01 * (r + 1)`` s a step); with ``checkpoint_at``, every rank takes the job
-    checkpoint after that step and the run ends there."""
+    checkpoint after that step (and with ``stop``, the run ends there). ``shuffle``:
+    seeded ``shuffle_batch`` instead of ``batch``."""
     job = Job()
     cluster = ar.RayCluster(namespace=namespace)
     done = [anyio.Event() for _ in range(ranks)]
@@ -96,10 +99,16 @@ async def run_job(
             batchers = {}
             for name, queue in queues.items():
                 reader = ar.TFRecordReader()
-                batchers[name] = ar.batch(
-                    functools.partial(reader.read_up_to, queue, 16), BATCH, capacity=4 * BATCH,
-                    enqueue_many=True, record_refs=reader, allow_smaller_final_batch=True,
-                )  # fmt: skip
+                source = functools.partial(reader.read_up_to, queue, 16)
+                common: dict[str, Any] = {
+                    "enqueue_many": True,
+                    "record_refs": reader,
+                    "allow_smaller_final_batch": True,
+                }
+                if shuffle:
+                    batchers[name] = ar.shuffle_batch(source, BATCH, 64, 16, seed=3, **common)
+                else:
+                    batchers[name] = ar.batch(source, BATCH, capacity=4 * BATCH, **common)
             ended: set[str] = set()
             step = 0
             while len(ended) < len(sets):
@@ -121,13 +130,14 @@ async def run_job(
                     await sess.ack([k for k in batch if k])
                 if step == checkpoint_at:
                     job.checkpoint = await sess.checkpoint(timeout=60)
-                    break
+                    if stop:
+                        break
             job.remembered[r] = sum(len(q._pool_keys) for q in queues.values())
             done[r].set()
             if r == 0:
                 for event in done:
                     await event.wait()
-                if checkpoint_at is None:
+                if checkpoint_at is None or not stop:
                     for name, queue in queues.items():
                         job.ledgers[name] = await ask(queue, "ledger")
                         job.drops[name] = await ask(queue, "drops")
@@ -191,6 +201,45 @@ async def test_a_deterministic_job_takes_one_batchers_epoch_after_the_other(
         assert sorted(runs[0].delivered(name) + dropped) == sorted(keys), name
         for r in range(2):
             assert runs[0].batches[r, name] == runs[1].batches[r, name], (name, r)
+
+
+async def test_a_deterministic_restore_continues_each_batcher_of_each_rank_exactly(
+    ray_env: RayEnv, tmp_path: Path
+) -> None:
+    # A checkpoint early in training: each rank's pipeline holds records of both queues
+    # (its evaluation batcher reads ahead meanwhile), in shuffle buffers. A rank whose
+    # share of the training files fits in its buffer waits for its first batch until the
+    # others' shares are read, so it takes part from its waiting reader at its own step;
+    # the checkpoint's batch counts say which. Restored with as many ranks, each rank
+    # restores both batchers' buffers and generators, takes back the items it had from
+    # each queue, and each batcher's stream on each rank goes on as in the
+    # uninterrupted run.
+    from asyncreader._runtime import state_codec
+
+    train, train_keys, evals, eval_keys = await two_sets(tmp_path)
+    sets = {"train": train, "eval": evals}
+    options: dict[str, Any] = {"deterministic": True, "eval_every": None, "shuffle": True}
+    whole = await run_job(ray_env.namespace(), sets, 2, **options)
+    before = await run_job(ray_env.namespace(), sets, 2, checkpoint_at=3, stop=False, **options)
+    assert before.checkpoint is not None
+    parts = state_codec.decode(before.checkpoint)["ranks"]
+    assert all("pipeline" in part for part in parts)
+    # Counts by batcher in the order of their first batch (training's first); a batcher
+    # not taken from yet has none.
+    cuts = [
+        {name: part["batch_counts"].get(f"shuffle_batch#{i}", 0) for i, name in enumerate(sets)}
+        for part in parts
+    ]
+    after = await run_job(ray_env.namespace(), sets, 2, restore=before.checkpoint, **options)
+    for name, keys in (("train", train_keys), ("eval", eval_keys)):
+        for r in range(2):
+            stream = before.batches[r, name][: cuts[r][name]] + after.batches[r, name]
+            assert stream == whole.batches[r, name], (name, r, cuts[r])
+        dropped = list(collections.Counter(after.drops[name]).elements())
+        delivered = [
+            k for r in range(2) for b in before.batches[r, name][: cuts[r][name]] for k in b if k
+        ]
+        assert sorted(delivered + after.delivered(name) + dropped) == sorted(keys), name
 
 
 async def test_a_deterministic_job_refuses_batchers_taken_in_turns(
