@@ -27,8 +27,7 @@ import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
 from .._decoders.raw import decode_raw
-from .._pipeline.batcher import Batcher, BatchSpec
-from .._pipeline.batching import batch
+from .._pipeline.batching import batch, shuffle_batch_join_finished
 from .._pipeline.producers import string_input_producer
 from .._readers.fixed_length import FixedLengthRecordReader
 from .layout import (
@@ -44,6 +43,8 @@ from .layout import (
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
+
+    from .._pipeline.batcher import Batcher
 
 __all__ = [
     "IMAGE_SIZE",
@@ -817,22 +818,15 @@ def distorted_pipeline(
     if min_after_dequeue is None:
         min_after_dequeue = int(NUM_EXAMPLES_PER_EPOCH_FOR_TRAIN * _MIN_FRACTION_IN_QUEUE)
     # shuffle_batch_join of the compact crops, each batch finished as it is handed out.
-    batcher: Batcher[tuple[np.ndarray, np.ndarray]] = Batcher(
-        BatchSpec(
-            what="shuffle_batch_join",
-            sources=chunkers,
-            threads_per_source=1,
-            batch_size=batch_size,
-            capacity=min_after_dequeue + 3 * batch_size,
-            kind="shuffle",
-            min_after_dequeue=min_after_dequeue,
-            seed=seed,
-            enqueue_many=True,
-            shapes=None,
-            allow_smaller_final_batch=False,
-            coord=coord,
-            finish=_finish_batch,
-        )
+    batcher: Batcher[tuple[np.ndarray, np.ndarray]] = shuffle_batch_join_finished(
+        chunkers,
+        batch_size=batch_size,
+        capacity=min_after_dequeue + 3 * batch_size,
+        min_after_dequeue=min_after_dequeue,
+        seed=seed,
+        enqueue_many=True,
+        coord=coord,
+        finish=_finish_batch,
     )
     return InputPipeline(filename_queue, tuple(chunkers), batcher)
 
