@@ -283,3 +283,66 @@ async def test_a_batcher_that_does_not_name_its_reader_is_refused(
                 ar.InvalidArgumentError, match=r"several shared queues \('train', 'eval'\)"
             ):
                 await batcher.dequeue()
+
+
+class _Queue:
+    """A restored work queue as the rank's backend sees it (no actor: replies are given)."""
+
+    def __init__(self, name: str, items: list[bytes]) -> None:
+        from types import SimpleNamespace
+
+        self.name = name
+        self._actor_name = f"asyncreader:c/queue/{name}"
+        self._pooled = False
+        self.items = items
+        self._actor = SimpleNamespace(job_items=SimpleNamespace(remote=lambda _: self))
+
+    async def _lease_client_ready(self) -> None:
+        pass
+
+
+def _restored_backend(queues: list[_Queue], held: dict[bytes, list[int]]) -> Any:
+    """A rank's backend restoring a pipeline that holds ``held``, with ``queues``."""
+    from types import SimpleNamespace
+
+    from asyncreader._distributed.remote_queue import RayBackend
+
+    backend: Any = object.__new__(RayBackend)
+    backend._queues = {("c", "queue", q.name): q for q in queues}
+    backend._held = held
+    backend._held_queues = dict.fromkeys(q._actor_name for q in queues)
+    backend._held_known = False
+    backend._held_lock = anyio.Lock()
+    backend._checkpointer = None
+    backend._cluster = SimpleNamespace(connect_timeout=5.0, lease_timeout=5.0)
+
+    async def wait(reply_of: _Queue, name: str, actor: Any) -> Any:
+        return ("ok", reply_of.items)
+
+    backend._wait = wait
+    return backend
+
+
+async def test_records_of_an_item_in_two_queues_are_refused() -> None:
+    # The restored pipeline holds records of part-0, an item of both queues' leases:
+    # which queue they came from is unknown, so the restore refuses them.
+    train, evals = _Queue("train", [b"part-0", b"part-1"]), _Queue("eval", [b"part-0"])
+    backend = _restored_backend([train, evals], {b"part-0": [3]})
+    with pytest.raises(ar.InvalidArgumentError, match="both shared queues 'train' and 'eval'"):
+        await backend._held_items()
+
+
+async def test_a_restored_batcher_is_levelled_through_the_queue_of_its_records() -> None:
+    train, evals = _Queue("train", [b"part-0"]), _Queue("eval", [b"part-9"])
+    backend = _restored_backend([train, evals], {b"part-9": [1]})
+    from types import SimpleNamespace
+
+    batcher = SimpleNamespace(_what="shuffle_batch", _restored_works=frozenset({b"part-9"}))
+    assert await backend.home_queue(batcher) is evals
+    assert evals._pooled
+    assert not train._pooled
+    # Records of no restored queue's items (or, were it so, of two): refused, naming
+    # the batcher.
+    lost = SimpleNamespace(_what="shuffle_batch", _restored_works=frozenset({b"part-5"}))
+    with pytest.raises(ar.InvalidArgumentError, match=r"shuffle_batch: .* of 0 of this rank"):
+        await backend.home_queue(lost)
