@@ -316,6 +316,15 @@ class Lockstep:
         self.n = n
         self.votes: dict[int, list[bool]] = collections.defaultdict(list)
         self.events: dict[int, anyio.Event] = collections.defaultdict(anyio.Event)
+        self.arrived: dict[int, int] = collections.defaultdict(int)
+        self.all_arrived: dict[int, anyio.Event] = collections.defaultdict(anyio.Event)
+
+    async def gather(self, step: int) -> None:
+        """Wait until every rank has taken its batch of ``step``."""
+        self.arrived[step] += 1
+        if self.arrived[step] == self.n:
+            self.all_arrived[step].set()
+        await self.all_arrived[step].wait()
 
     async def agree(self, step: int, vote: bool) -> bool:
         """Wait for every rank's vote at ``step``; whether they all voted yes."""
@@ -380,6 +389,9 @@ async def tail_epoch(
             acked.extend(real)
             steps: Any = batcher._steps
             vote = bool(steps and steps._joined)
+            if checkpoint_in_tail:
+                # The pool's counts are read once every rank holds this step's batch.
+                await lockstep.gather(step)
             if vote and sess.rank == 0:
                 # (in lockstep no rank takes from the pool until the vote is done)
                 out["tail"] = await ask(work, "tail_status")
