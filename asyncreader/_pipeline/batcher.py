@@ -115,9 +115,6 @@ class BatchSpec:
         remainder: In a ranked session, what the examples left at the epoch's end become
             (``"drop"``, ``"pad"``, ``"smaller"``); ``None``: ``"smaller"`` with
             ``allow_smaller_final_batch``, else ``"drop"``.
-        finish: Called on each batch as it is handed out (in the caller's task); its
-            result is the batch. The queue holds examples as the sources made them: a
-            compact form that ``finish`` expands keeps the queue small.
     """
 
     what: str
@@ -135,7 +132,6 @@ class BatchSpec:
     coord: Coordinator | None
     record_refs: RecordRefsArg = None
     remainder: object = None
-    finish: Callable[[Any], Any] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -275,7 +271,7 @@ class Batcher(Generic[BatchT]):
         self._seed = spec.seed
         self._enqueue_many = bool(spec.enqueue_many)
         self._allow_smaller = bool(spec.allow_smaller_final_batch)
-        self._finish = spec.finish
+        self._finish: Callable[[Any], Any] | None = None
         self._structure: Structure | None = None
         self._queue: Any = None
         self._runner: Any = None
@@ -646,6 +642,12 @@ class Batcher(Generic[BatchT]):
         )
         # Synchronous, so a batch taken out of the queue is never lost to a cancellation.
         return batch if self._finish is None else self._finish(batch)
+
+    def _finish_with(self, finish: Callable[[Any], Any]) -> None:
+        """Hand out ``finish(batch)`` instead of each batch (called in the caller's task,
+        before the first batch is taken): the library's own pipelines queue a compact
+        form of their examples, which ``finish`` expands, to keep the queue small."""
+        self._finish = finish
 
     def _equal_steps(self) -> StepSource | Literal[False]:
         """The ranked session's step source for this batcher, or ``False`` (local)."""

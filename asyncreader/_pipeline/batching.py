@@ -24,7 +24,7 @@ component is its records (see :mod:`.sources`).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Literal
 
 from .._errors import InvalidArgumentError
 from .batcher import Batcher, BatchSpec
@@ -33,7 +33,7 @@ from .batcher import Batcher, BatchSpec
 Remainder = Literal["drop", "pad", "smaller"]
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Sequence
+    from collections.abc import Sequence
 
     from .._queues.record_refs import RecordRefsArg
     from .._runtime.coordinator import Coordinator
@@ -441,38 +441,6 @@ def shuffle_batch_join(
         InvalidArgumentError: as for :func:`batch_join` and :func:`shuffle_batch`.
         FailedPreconditionError: no ``coord`` was given and no Coordinator is current.
     """
-    return shuffle_batch_join_finished(
-        tensors_list,
-        batch_size,
-        capacity,
-        min_after_dequeue,
-        seed,
-        enqueue_many,
-        shapes,
-        allow_smaller_final_batch,
-        coord=coord,
-        record_refs=record_refs,
-        remainder=remainder,
-    )
-
-
-def shuffle_batch_join_finished(
-    tensors_list: Sequence[ExampleSource],
-    batch_size: int,
-    capacity: int | None,
-    min_after_dequeue: int,
-    seed: int | None = None,
-    enqueue_many: bool = False,
-    shapes: object = None,
-    allow_smaller_final_batch: bool = False,
-    *,
-    coord: Coordinator | None = None,
-    record_refs: RecordRefsArg = None,
-    remainder: Remainder | None = None,
-    finish: Callable[[Any], Any] | None = None,
-) -> Batcher:
-    """:func:`shuffle_batch_join` whose batches ``finish`` turns into what is handed out
-    (see ``BatchSpec.finish``): the library's own pipelines queue a compact form."""
     return Batcher(
         BatchSpec(
             what="shuffle_batch_join",
@@ -489,7 +457,6 @@ def shuffle_batch_join_finished(
             coord=coord,
             record_refs=record_refs,
             remainder=remainder,
-            finish=finish,
         )
     )
 

@@ -27,7 +27,7 @@ import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
 from .._decoders.raw import decode_raw
-from .._pipeline.batching import batch, shuffle_batch_join_finished
+from .._pipeline.batching import batch, shuffle_batch_join
 from .._pipeline.producers import string_input_producer
 from .._readers.fixed_length import FixedLengthRecordReader
 from .layout import (
@@ -818,7 +818,7 @@ def distorted_pipeline(
     if min_after_dequeue is None:
         min_after_dequeue = int(NUM_EXAMPLES_PER_EPOCH_FOR_TRAIN * _MIN_FRACTION_IN_QUEUE)
     # shuffle_batch_join of the compact crops, each batch finished as it is handed out.
-    batcher: Batcher[tuple[np.ndarray, np.ndarray]] = shuffle_batch_join_finished(
+    batcher: Batcher[tuple[np.ndarray, np.ndarray]] = shuffle_batch_join(
         chunkers,
         batch_size=batch_size,
         capacity=min_after_dequeue + 3 * batch_size,
@@ -826,8 +826,8 @@ def distorted_pipeline(
         seed=seed,
         enqueue_many=True,
         coord=coord,
-        finish=_finish_batch,
     )
+    batcher._finish_with(_finish_batch)
     return InputPipeline(filename_queue, tuple(chunkers), batcher)
 
 
